@@ -1,0 +1,55 @@
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
+import packageJson from '../../package.json' with { type: 'json' };
+import type { DatabaseHandle } from '../db/database.ts';
+import { requireApiKey } from './authentication.ts';
+import { installErrorHandlers } from './errors.ts';
+import { bundleRoutes } from './routes/bundles.ts';
+import { healthRoutes } from './routes/health.ts';
+import { metadataRoutes } from './routes/metadata.ts';
+import { resourceRoutes } from './routes/resources.ts';
+
+export type AppOptions = {
+  database: DatabaseHandle;
+  /** Public base URL of the service, without a trailing slash. */
+  baseUrl: string;
+  logger: FastifyBaseLogger;
+};
+
+/** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
+const bodyLimit = 10 * 1024 * 1024;
+
+export const fhirBasePath = '/fhir/resources';
+
+export async function buildApp({ database, baseUrl, logger }: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({ loggerInstance: logger, bodyLimit });
+  app.setValidatorCompiler(validatorCompiler);
+  app.addContentTypeParser('application/fhir+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+  installErrorHandlers(app);
+
+  await app.register(swagger, {
+    openapi: {
+      info: { title: 'FHIR webhook subscription service', version: packageJson.version },
+      components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' } } },
+      security: [{ apiKey: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  await app.register(healthRoutes, { pool: database.pool });
+
+  const serviceBase = `${baseUrl}${fhirBasePath}`;
+  await app.register(
+    async (fhir) => {
+      requireApiKey(fhir, database.db);
+      await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });
+      await fhir.register(bundleRoutes, { db: database.db, serviceBase });
+      await fhir.register(resourceRoutes, { db: database.db, serviceBase });
+    },
+    { prefix: fhirBasePath },
+  );
+  return app;
+}

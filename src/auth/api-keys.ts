@@ -1,0 +1,67 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Db } from '../db/database.ts';
+
+export type ApiKeyInfo = { id: string; name: string; createdAt: Date; revokedAt: Date | null };
+
+/** A new key: a recognisable prefix and 256 random bits. */
+export function generateApiKey(): string {
+  return `fwk_${randomBytes(32).toString('base64url')}`;
+}
+
+function sha256(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex');
+}
+
+/** Registers `key` (only its digest is stored). Registering a known key again changes nothing. */
+export async function registerApiKey(db: Db, name: string, key: string): Promise<void> {
+  await db
+    .insertInto('webhook.api_keys')
+    .values({ name, key_sha256: sha256(key), revoked_at: null })
+    .onConflict((conflict) => conflict.column('key_sha256').doNothing())
+    .execute();
+}
+
+export async function createApiKey(db: Db, name: string): Promise<{ id: string; key: string }> {
+  const key = generateApiKey();
+  const { id } = await db
+    .insertInto('webhook.api_keys')
+    .values({ name, key_sha256: sha256(key), revoked_at: null })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return { id, key };
+}
+
+export async function listApiKeys(db: Db): Promise<ApiKeyInfo[]> {
+  const rows = await db
+    .selectFrom('webhook.api_keys')
+    .select(['id', 'name', 'created_at', 'revoked_at'])
+    .orderBy('created_at')
+    .execute();
+  return rows.map((row) => ({ id: row.id, name: row.name, createdAt: row.created_at, revokedAt: row.revoked_at }));
+}
+
+/** Revokes a key by id; false when no unrevoked key has that id. */
+export async function revokeApiKey(db: Db, id: string): Promise<boolean> {
+  const result = await db
+    .updateTable('webhook.api_keys')
+    .set({ revoked_at: new Date() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** The unrevoked key matching `key`, if any. */
+export async function findActiveApiKey(db: Db, key: string): Promise<{ id: string; name: string } | undefined> {
+  return db
+    .selectFrom('webhook.api_keys')
+    .select(['id', 'name'])
+    .where('key_sha256', '=', sha256(key))
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+}
+
+export async function hasAnyApiKey(db: Db): Promise<boolean> {
+  const row = await db.selectFrom('webhook.api_keys').select('id').limit(1).executeTakeFirst();
+  return row !== undefined;
+}

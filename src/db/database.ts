@@ -1,0 +1,25 @@
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import type { Database } from './schema.ts';
+
+export type Db = Kysely<Database>;
+
+/** One pg pool, shared by Kysely and (later) graphile-worker and the migrator. */
+export type DatabaseHandle = {
+  pool: pg.Pool;
+  db: Db;
+  close(): Promise<void>;
+};
+
+export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void): DatabaseHandle {
+  const pool = new pg.Pool({ connectionString, max: 10 });
+  // An idle client that loses its server (restart, failover) must not crash the process.
+  pool.on('error', onIdleError);
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return {
+    pool,
+    db,
+    // Kysely's destroy() ends the pool it was given.
+    close: () => db.destroy(),
+  };
+}

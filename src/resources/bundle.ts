@@ -1,0 +1,213 @@
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import type { Db } from '../db/database.ts';
+import type { FhirResource } from '../db/schema.ts';
+import { FhirError, badRequest, type OperationOutcome } from '../fhir/outcome.ts';
+import {
+  assertResourceBody,
+  assertResourceId,
+  assertResourceType,
+  createResource,
+  deleteResource,
+  readResource,
+  updateResource,
+  type StoredVersion,
+} from './store.ts';
+
+/**
+ * Transaction and batch Bundles (FHIR RESTful API, "batch/transaction").
+ * A transaction runs its entries in array order in one database transaction;
+ * a batch runs each entry on its own.
+ */
+
+const entrySchema = z.object({
+  fullUrl: z.string().optional(),
+  resource: z.unknown().optional(),
+  request: z.object(
+    {
+      method: z.enum(['GET', 'POST', 'PUT', 'DELETE'], { error: 'request.method must be GET, POST, PUT or DELETE' }),
+      url: z.string({ error: 'request.url is required' }).min(1, 'request.url is required'),
+      ifMatch: z.string().optional(),
+    },
+    { error: 'request is required' },
+  ),
+});
+
+const processableBundleSchema = z.looseObject({
+  resourceType: z.literal('Bundle'),
+  type: z.enum(['transaction', 'batch']),
+  entry: z.array(z.unknown(), { error: 'Bundle.entry must be an array' }).default([]),
+});
+
+type ProcessableBundle = z.infer<typeof processableBundleSchema>;
+
+/** The Bundle as a transaction or batch to process, or undefined when it is a Bundle of another type (stored as is). */
+export function asProcessableBundle(body: { type?: unknown }): ProcessableBundle | undefined {
+  if (body.type !== 'transaction' && body.type !== 'batch') return undefined;
+  const parsed = processableBundleSchema.safeParse(body);
+  if (!parsed.success) throw badRequest(parsed.error.issues.map((issue) => issue.message).join('; '), 'structure');
+  return parsed.data;
+}
+type Entry = z.infer<typeof entrySchema>;
+
+type EntryResponse = {
+  resource?: FhirResource;
+  response: { status: string; location?: string; etag?: string; lastModified?: string; outcome?: OperationOutcome };
+};
+
+/** Where an entry's request.url points: `Type` or `Type/id`, relative or under our own base. */
+type Target = { type: string; id?: string };
+
+export async function processBundle(db: Db, bundle: ProcessableBundle, serviceBase: string): Promise<FhirResource> {
+  const references = assignUrnIds(bundle.entry);
+  const entries = bundle.entry.map((raw) => resolveUrnReferences(raw, references));
+
+  if (bundle.type === 'transaction') {
+    const responses = await db.transaction().execute(async (transaction) => {
+      const results: EntryResponse[] = [];
+      for (const [index, raw] of entries.entries()) {
+        try {
+          results.push(await executeEntry(transaction, raw, serviceBase, references.get(index)));
+        } catch (error) {
+          throw error instanceof FhirError ? nameEntry(error, index) : error;
+        }
+      }
+      return results;
+    });
+    return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
+  }
+
+  const responses: EntryResponse[] = [];
+  for (const [index, raw] of entries.entries()) {
+    try {
+      responses.push(await executeEntry(db, raw, serviceBase, references.get(index)));
+    } catch (error) {
+      if (!(error instanceof FhirError)) throw error;
+      responses.push({ response: { status: statusLine(error.status), outcome: nameEntry(error, index).outcome } });
+    }
+  }
+  return { resourceType: 'Bundle', id: randomUUID(), type: 'batch-response', entry: responses };
+}
+
+/**
+ * Gives each POST entry whose fullUrl is a `urn:uuid:` its server id up front,
+ * so that references to it anywhere in the Bundle can be rewritten before the
+ * first write. Returns entry index → assigned reference.
+ */
+function assignUrnIds(entries: unknown[]): Map<number, Target & { id: string; urn: string }> {
+  const assigned = new Map<number, Target & { id: string; urn: string }>();
+  entries.forEach((raw, index) => {
+    const parsed = entrySchema.safeParse(raw);
+    if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) return;
+    const { request, fullUrl } = parsed.data;
+    const target = parseTarget(request.url);
+    if (!target) return;
+    if (request.method === 'POST') assigned.set(index, { type: target.type, id: randomUUID(), urn: fullUrl });
+    else if (request.method === 'PUT' && target.id) assigned.set(index, { type: target.type, id: target.id, urn: fullUrl });
+  });
+  return assigned;
+}
+
+function resolveUrnReferences(raw: unknown, references: Map<number, Target & { id: string; urn: string }>): unknown {
+  if (references.size === 0) return raw;
+  const byUrn = new Map([...references.values()].map((target) => [target.urn, `${target.type}/${target.id}`]));
+  const rewrite = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(rewrite);
+    if (typeof value !== 'object' || value === null) return value;
+    return Object.fromEntries(
+      Object.entries(value).map(([key, inner]) =>
+        key === 'reference' && typeof inner === 'string' && byUrn.has(inner) ? [key, byUrn.get(inner)] : [key, rewrite(inner)],
+      ),
+    );
+  };
+  const entry = raw as { resource?: unknown };
+  return typeof entry === 'object' && entry !== null && 'resource' in entry ? { ...entry, resource: rewrite(entry.resource) } : raw;
+}
+
+async function executeEntry(db: Db, raw: unknown, serviceBase: string, assigned: { id: string } | undefined): Promise<EntryResponse> {
+  const entry = parseEntry(raw);
+  const target = parseTarget(entry.request.url);
+  if (!target) throw badRequest(`request.url '${entry.request.url}' is not of the form Type or Type/id (conditional and search URLs are not supported)`, 'not-supported');
+  assertResourceType(target.type);
+  if (target.id !== undefined) assertResourceId(target.id);
+  const ifMatch = entry.request.ifMatch === undefined ? undefined : parseIfMatch(entry.request.ifMatch);
+
+  switch (entry.request.method) {
+    case 'POST': {
+      if (target.id !== undefined) throw badRequest(`POST request.url must be a type, not '${entry.request.url}'`);
+      assertResourceBody(target.type, entry.resource);
+      return written(await createResource(db, target.type, entry.resource, assigned?.id), '201 Created', serviceBase);
+    }
+    case 'PUT': {
+      const id = requireId(target, entry);
+      assertResourceBody(target.type, entry.resource, id);
+      const result = await updateResource(db, target.type, id, entry.resource, ifMatch);
+      return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
+    }
+    case 'DELETE': {
+      const id = requireId(target, entry);
+      const { versionId } = await deleteResource(db, target.type, id, ifMatch);
+      return { response: { status: '204 No Content', ...(versionId === undefined ? {} : { etag: `W/"${versionId}"` }) } };
+    }
+    case 'GET': {
+      const id = requireId(target, entry);
+      return written(await readResource(db, target.type, id), '200 OK', serviceBase);
+    }
+  }
+}
+
+function parseEntry(raw: unknown): Entry {
+  const parsed = entrySchema.safeParse(raw);
+  if (!parsed.success) throw badRequest(parsed.error.issues.map((issue) => issue.message).join('; '), 'required');
+  return parsed.data;
+}
+
+function parseTarget(url: string): Target | undefined {
+  const relative = url.replace(/^https?:\/\/[^/]+\/fhir\/resources\//, '').replace(/^\/?fhir\/resources\//, '');
+  const match = /^([A-Za-z]+)(?:\/([^/?#]+))?$/.exec(relative);
+  if (!match?.[1]) return undefined;
+  return { type: match[1], ...(match[2] === undefined ? {} : { id: match[2] }) };
+}
+
+function requireId(target: Target, entry: Entry): string {
+  if (target.id === undefined) throw badRequest(`${entry.request.method} request.url must be Type/id, not '${entry.request.url}'`);
+  return target.id;
+}
+
+/** Parses an ETag-style version (`W/"3"`, `"3"` or `3`) as sent in If-Match. */
+export function parseIfMatch(value: string): number {
+  const match = /^(?:W\/)?"?(\d+)"?$/.exec(value.trim());
+  if (!match?.[1]) throw badRequest(`If-Match must be a version ETag such as W/"3", not '${value}'`);
+  return Number(match[1]);
+}
+
+function written(version: StoredVersion, status: string, serviceBase: string): EntryResponse {
+  const { resource, versionId, lastUpdated } = version;
+  return {
+    resource,
+    response: {
+      status,
+      location: `${serviceBase}/${resource.resourceType}/${resource.id}/_history/${versionId}`,
+      etag: `W/"${versionId}"`,
+      lastModified: lastUpdated,
+    },
+  };
+}
+
+function nameEntry(error: FhirError, index: number): FhirError {
+  return new FhirError(error.status, error.outcome.issue[0]?.code ?? 'processing', `Bundle.entry[${index}]: ${error.message}`);
+}
+
+const reasonPhrases: Record<number, string> = {
+  400: 'Bad Request',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  410: 'Gone',
+  412: 'Precondition Failed',
+  422: 'Unprocessable Entity',
+};
+
+function statusLine(status: number): string {
+  return `${status} ${reasonPhrases[status] ?? ''}`.trim();
+}

@@ -1,0 +1,88 @@
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { buildApp, fhirBasePath } from './api/app.ts';
+import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
+import type { Config } from './config/index.ts';
+import { connectDatabase, type DatabaseHandle } from './db/database.ts';
+import { startEmbeddedPostgres } from './db/embedded.ts';
+import { applyMigrations } from './db/migrations.ts';
+
+/** Something started that must be stopped, newest first, when the service stops. */
+type Closer = () => Promise<unknown>;
+
+export type Service = {
+  /** The address the API listens on, e.g. http://127.0.0.1:8080. */
+  address: string;
+  close(): Promise<void>;
+};
+
+/**
+ * Connects to the database given by the configuration, or to an embedded
+ * PostgreSQL when DATABASE_URL is unset. The returned close() stops what it started.
+ */
+export async function openDatabase(config: Config, logger: Logger): Promise<DatabaseHandle> {
+  const closers: Closer[] = [];
+  try {
+    let url = config.databaseUrl;
+    if (url === undefined) {
+      const embedded = await startEmbeddedPostgres(config.embeddedDataDir, logger);
+      closers.push(() => embedded.stop());
+      url = embedded.url;
+    }
+    const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'));
+    closers.push(() => database.close());
+    if (config.migrateOnStart) {
+      const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
+      if (applied.length > 0) logger.info({ migrations: applied }, 'applied database migrations');
+    }
+    return { ...database, close: () => closeAll(closers) };
+  } catch (error) {
+    await closeAll(closers);
+    throw error;
+  }
+}
+
+/** Starts the HTTP API (and, once the dispatcher exists, its workers) on the configured address. */
+export async function startService(config: Config, logger: Logger): Promise<Service> {
+  const database = await openDatabase(config, logger);
+  const closers: Closer[] = [() => database.close()];
+  try {
+    await ensureApiKey(database, config);
+    const app: FastifyInstance = await buildApp({ database, baseUrl: config.baseUrl, logger });
+    closers.push(() => app.close());
+    const address = await app.listen({ port: config.port, host: config.host });
+    return { address, close: () => closeAll(closers) };
+  } catch (error) {
+    await closeAll(closers);
+    throw error;
+  }
+}
+
+/**
+ * Registers BOOTSTRAP_API_KEY when given; on a first start with no key at all,
+ * creates one and shows it once on stdout, since it cannot be recovered later.
+ */
+async function ensureApiKey({ db }: DatabaseHandle, config: Config): Promise<void> {
+  if (config.bootstrapApiKey !== undefined) await registerApiKey(db, 'bootstrap', config.bootstrapApiKey);
+  if (await hasAnyApiKey(db)) return;
+  const { key } = await createApiKey(db, 'first start');
+  process.stdout.write(
+    [
+      '',
+      `API key: ${key}`,
+      'Keep it: it is stored only as a hash and is shown this once. Try:',
+      `  curl -H 'x-api-key: ${key}' ${config.baseUrl}${fhirBasePath}/metadata`,
+      '',
+      '',
+    ].join('\n'),
+  );
+}
+
+/** Runs every closer, newest first, even when one fails. */
+async function closeAll(closers: Closer[]): Promise<void> {
+  const failures: unknown[] = [];
+  for (const close of closers.splice(0).reverse()) {
+    await close().catch((error: unknown) => failures.push(error));
+  }
+  if (failures.length > 0) throw new AggregateError(failures, 'some parts of the service failed to stop');
+}
