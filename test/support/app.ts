@@ -1,0 +1,40 @@
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import pino from 'pino';
+import { buildApp } from '../../src/api/app.ts';
+import { createApiKey } from '../../src/auth/api-keys.ts';
+import { createTestDatabase, type TestDatabase } from './database.ts';
+
+export const baseUrl = 'http://fhir.test';
+export const serviceBase = `${baseUrl}/fhir/resources`;
+
+export type TestApp = {
+  app: FastifyInstance;
+  database: TestDatabase;
+  apiKey: string;
+  /** A request under /fhir/resources with the API key and a FHIR JSON body. */
+  fhir(method: InjectOptions['method'], path: string, body?: unknown, headers?: Record<string, string>): Promise<LightMyRequestResponse>;
+  close(): Promise<void>;
+};
+
+/** The API on its own test database, driven with Fastify's inject (no socket needed). */
+export async function startTestApp(): Promise<TestApp> {
+  const database = await createTestDatabase();
+  const app = await buildApp({ database, baseUrl, logger: pino({ level: 'silent' }) });
+  const { key: apiKey } = await createApiKey(database.db, 'test');
+  return {
+    app,
+    database,
+    apiKey,
+    fhir: (method, path, body, headers = {}) =>
+      app.inject({
+        method,
+        url: `/fhir/resources${path}`,
+        headers: { 'x-api-key': apiKey, ...(body === undefined ? {} : { 'content-type': 'application/fhir+json' }), ...headers },
+        ...(body === undefined ? {} : { payload: typeof body === 'string' ? body : JSON.stringify(body) }),
+      }),
+    close: async () => {
+      await app.close();
+      await database.drop();
+    },
+  };
+}
