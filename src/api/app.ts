@@ -45,6 +45,8 @@ export async function buildApp({ database, baseUrl, logger }: AppOptions): Promi
   await app.register(
     async (fhir) => {
       requireApiKey(fhir, database.db);
+      // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
+      fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase });
       await fhir.register(resourceRoutes, { db: database.db, serviceBase });

@@ -31,6 +31,10 @@ export function installErrorHandlers(app: FastifyInstance): void {
       const problems = error.validation.map((issue) => `${error.validationContext ?? 'request'}${issue.instancePath}: ${issue.message}`);
       return sendOutcome(reply, 400, operationOutcome('invalid', problems.join('; ')));
     }
+    if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      const sent = request.headers['content-type'] ?? 'none';
+      return sendOutcome(reply, 415, operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`));
+    }
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) {
       return sendOutcome(reply, status, operationOutcome(issueCodeByStatus[status] ?? 'invalid', error.message));

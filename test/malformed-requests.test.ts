@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from './support/app.ts';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+  await t.fhir('PUT', '/Patient/existing', { resourceType: 'Patient', id: 'existing' });
+});
+afterAll(() => t.close());
+
+type Case = {
+  name: string;
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
+  path: string;
+  body?: string;
+  contentType?: string;
+  headers?: Record<string, string>;
+  status: number;
+  code: string;
+  text: RegExp;
+};
+
+const patient = JSON.stringify({ resourceType: 'Patient' });
+
+const cases: Case[] = [
+  { name: 'malformed JSON', method: 'POST', path: '/Patient', body: '{"resourceType": "Patient",', status: 400, code: 'invalid', text: /JSON/ },
+  { name: 'an empty body', method: 'POST', path: '/Patient', body: '', status: 400, code: 'invalid', text: /empty/i },
+  { name: 'a JSON array', method: 'POST', path: '/Patient', body: '[]', status: 400, code: 'invalid', text: /body/ },
+  { name: 'no resourceType', method: 'POST', path: '/Patient', body: '{"active":true}', status: 400, code: 'invalid', text: /resourceType/ },
+  {
+    name: "a resourceType other than the URL's",
+    method: 'POST',
+    path: '/Patient',
+    body: JSON.stringify({ resourceType: 'Observation' }),
+    status: 400,
+    code: 'invalid',
+    text: /does not match the URL's type 'Patient'/,
+  },
+  { name: 'an unknown resource type', method: 'POST', path: '/Patientt', body: JSON.stringify({ resourceType: 'Patientt' }), status: 404, code: 'not-found', text: /Unknown resource type 'Patientt'/ },
+  { name: 'an abstract type', method: 'GET', path: '/DomainResource/x', status: 404, code: 'not-found', text: /not a FHIR R4 resource type/ },
+  { name: 'an invalid id', method: 'GET', path: '/Patient/has_underscore', status: 400, code: 'invalid', text: /Invalid resource id/ },
+  { name: 'a too long id', method: 'PUT', path: `/Patient/${'a'.repeat(65)}`, body: patient, status: 400, code: 'invalid', text: /Invalid resource id/ },
+  { name: 'an update without id', method: 'PUT', path: '/Patient/existing', body: patient, status: 400, code: 'required', text: /has no id/ },
+  {
+    name: "an update whose id is not the URL's",
+    method: 'PUT',
+    path: '/Patient/existing',
+    body: JSON.stringify({ resourceType: 'Patient', id: 'other' }),
+    status: 400,
+    code: 'invalid',
+    text: /does not match the URL's id/,
+  },
+  { name: 'meta that is not an object', method: 'POST', path: '/Patient', body: JSON.stringify({ resourceType: 'Patient', meta: 'x' }), status: 400, code: 'structure', text: /meta/ },
+  {
+    name: 'a malformed If-Match',
+    method: 'PUT',
+    path: '/Patient/existing',
+    body: JSON.stringify({ resourceType: 'Patient', id: 'existing' }),
+    headers: { 'if-match': 'yesterday' },
+    status: 400,
+    code: 'invalid',
+    text: /If-Match/,
+  },
+  { name: 'a non-numeric version', method: 'GET', path: '/Patient/existing/_history/latest', status: 400, code: 'invalid', text: /versionId/ },
+  { name: 'an unsupported media type', method: 'POST', path: '/Patient', body: patient, contentType: 'text/plain', status: 415, code: 'not-supported', text: /content-type/i },
+  {
+    name: 'an oversized body',
+    method: 'POST',
+    path: '/Patient',
+    body: JSON.stringify({ resourceType: 'Patient', text: { div: 'x'.repeat(11 * 1024 * 1024) } }),
+    status: 413,
+    code: 'too-costly',
+    text: /too large/i,
+  },
+  { name: 'an unknown route', method: 'GET', path: '/Patient/existing/_nothing', status: 404, code: 'not-found', text: /There is no GET/ },
+  { name: 'an unsupported method', method: 'PATCH', path: '/Patient/existing', body: patient, status: 404, code: 'not-found', text: /There is no PATCH/ },
+  { name: 'a prototype-polluting body', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","__proto__":{"x":1}}', status: 400, code: 'invalid', text: /not valid JSON/ },
+];
+
+describe('malformed requests are answered 4xx with an OperationOutcome, never 5xx', () => {
+  it.each(cases)('$name → $status', async ({ method, path, body, contentType, headers, status, code, text }) => {
+    const response = await t.app.inject({
+      method,
+      url: `/fhir/resources${path}`,
+      headers: {
+        'x-api-key': t.apiKey,
+        ...(body === undefined ? {} : { 'content-type': contentType ?? 'application/fhir+json' }),
+        ...headers,
+      },
+      ...(body === undefined ? {} : { payload: body }),
+    });
+    expect(response.statusCode).toBe(status);
+    expect(response.headers['content-type']).toContain('application/fhir+json');
+    const outcome = response.json();
+    expect(outcome.resourceType).toBe('OperationOutcome');
+    expect(outcome.issue[0]).toMatchObject({ severity: 'error', code });
+    expect(outcome.issue[0].details.text).toMatch(text);
+  });
+});
