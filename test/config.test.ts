@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../src/config/index.ts';
+
+describe('configuration from the environment', () => {
+  it('has the documented defaults', () => {
+    expect(loadConfig({})).toEqual({
+      databaseUrl: undefined,
+      port: 8080,
+      host: '127.0.0.1',
+      baseUrl: 'http://localhost:8080',
+      bootstrapApiKey: undefined,
+      migrateOnStart: true,
+      logLevel: 'info',
+      embeddedDataDir: '.data',
+    });
+  });
+
+  it('derives BASE_URL from PORT, trims a trailing slash, and treats empty values as unset', () => {
+    expect(loadConfig({ PORT: '9000' }).baseUrl).toBe('http://localhost:9000');
+    expect(loadConfig({ BASE_URL: 'https://fhir.example.org/' }).baseUrl).toBe('https://fhir.example.org');
+    expect(loadConfig({ DATABASE_URL: '', MIGRATE_ON_START: 'false' })).toMatchObject({ databaseUrl: undefined, migrateOnStart: false });
+  });
+
+  it.each([
+    ['PORT', 'eighty'],
+    ['PORT', '70000'],
+    ['DATABASE_URL', 'mysql://localhost/db'],
+    ['BASE_URL', 'localhost:8080'],
+    ['MIGRATE_ON_START', 'maybe'],
+    ['LOG_LEVEL', 'loud'],
+    ['BOOTSTRAP_API_KEY', 'short'],
+  ])('refuses %s=%s with a message naming the variable', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}: `));
+  });
+});
