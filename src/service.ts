@@ -4,7 +4,6 @@ import { buildApp, fhirBasePath } from './api/app.ts';
 import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
 import type { Config } from './config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './db/database.ts';
-import { startEmbeddedPostgres } from './db/embedded.ts';
 import { applyMigrations } from './db/migrations.ts';
 
 /** Something started that must be stopped, newest first, when the service stops. */
@@ -25,6 +24,8 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   try {
     let url = config.databaseUrl;
     if (url === undefined) {
+      // Loaded only when used: production images need not ship the PostgreSQL binaries.
+      const { startEmbeddedPostgres } = await import('./db/embedded.ts');
       const embedded = await startEmbeddedPostgres(config.embeddedDataDir, logger);
       closers.push(() => embedded.stop());
       url = embedded.url;

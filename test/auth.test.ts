@@ -94,3 +94,17 @@ describe('readiness', () => {
     }
   });
 });
+
+describe('API documentation', () => {
+  it('serves the OpenAPI description at /docs without a key, with the FHIR routes and the key scheme', async () => {
+    const ui = await t.app.inject({ method: 'GET', url: '/docs' });
+    expect(ui.statusCode).toBeLessThan(400);
+    const response = await t.app.inject({ method: 'GET', url: '/docs/json' });
+    expect(response.statusCode).toBe(200);
+    const openapi = response.json();
+    expect(openapi.components.securitySchemes.apiKey).toEqual({ type: 'apiKey', in: 'header', name: 'x-api-key' });
+    expect(Object.keys(openapi.paths)).toEqual(
+      expect.arrayContaining(['/fhir/resources/{type}', '/fhir/resources/{type}/{id}', '/fhir/resources/Bundle', '/fhir/resources/metadata']),
+    );
+  });
+});

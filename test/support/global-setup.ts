@@ -26,12 +26,17 @@ type Server = { adminUrl: string; stop(): Promise<void> };
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const server = await findServer();
   const templateDatabase = `fhir_webhooks_template_${process.pid}`;
-  await withAdmin(server.adminUrl, async (admin) => {
-    await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase}`);
-    await admin.query(`CREATE DATABASE ${templateDatabase}`);
-  });
-  const pool = new pg.Pool({ connectionString: databaseUrl(server.adminUrl, templateDatabase) });
-  await applyMigrations(pool).finally(() => pool.end());
+  try {
+    await withAdmin(server.adminUrl, async (admin) => {
+      await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase}`);
+      await admin.query(`CREATE DATABASE ${templateDatabase}`);
+    });
+    const pool = new pg.Pool({ connectionString: databaseUrl(server.adminUrl, templateDatabase) });
+    await applyMigrations(pool).finally(() => pool.end());
+  } catch (error) {
+    await server.stop();
+    throw error;
+  }
 
   project.provide('adminUrl', server.adminUrl);
   project.provide('templateDatabase', templateDatabase);

@@ -1,0 +1,21 @@
+# syntax=docker/dockerfile:1
+# The service image: API and (from the dispatcher on) workers, Node 24, non-root.
+# It always runs against DATABASE_URL; the embedded PostgreSQL is for local use only.
+
+FROM node:24-bookworm-slim AS dependencies
+WORKDIR /app
+COPY package.json package-lock.json ./
+# Optional dependencies are the embedded PostgreSQL binaries; dev ones are the toolchain.
+RUN npm ci --omit=dev --omit=optional --ignore-scripts && npm cache clean --force
+
+FROM node:24-bookworm-slim
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080
+WORKDIR /app
+COPY --from=dependencies /app/node_modules ./node_modules
+COPY package.json ./
+COPY db ./db
+COPY src ./src
+USER node
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s CMD ["node", "-e", "fetch('http://127.0.0.1:8080/readyz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+CMD ["node", "src/cli.ts", "serve"]
