@@ -63,7 +63,8 @@ async function main(): Promise<void> {
       }
     }
     const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-    console.log(`${rows} rows per statement, median of ${rounds} rounds (PostgreSQL ${(await pool.query('SHOW server_version')).rows[0].server_version})`);
+    const version = await pool.query<{ server_version: string }>('SHOW server_version');
+    console.log(`${rows} rows per statement, median of ${rounds} rounds (PostgreSQL ${version.rows[0]?.server_version})`);
     console.log('step    | no triggers | versioned | ratio');
     for (const step of ['insert', 'update', 'delete']) {
       const plain = median(timings[`plain ${step}`]!);
@@ -82,7 +83,7 @@ async function server(): Promise<{ serverUrl: string; stop(): Promise<void> }> {
   if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
   const { startEmbeddedPostgres } = await import('../src/db/embedded.ts');
   const dataDir = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-bench-'));
-  const quiet = { info: () => undefined, debug: () => undefined, error: console.error };
+  const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
   const embedded = await startEmbeddedPostgres(dataDir, quiet);
   return {
     serverUrl: embedded.adminUrl,
