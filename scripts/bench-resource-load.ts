@@ -79,7 +79,7 @@ async function main(): Promise<void> {
   }
 }
 
-async function server(): Promise<{ serverUrl: string; stop(): Promise<void> }> {
+async function server(): Promise<{ serverUrl: string; stop: () => Promise<void> }> {
   if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
   const { startEmbeddedPostgres } = await import('../src/db/embedded.ts');
   const dataDir = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-bench-'));
