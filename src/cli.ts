@@ -17,7 +17,10 @@ Commands:
   api-key revoke ID          revoke an API key by id
 `;
 
+/** The command line was wrong: say why and show the usage. */
 class UsageError extends Error {}
+/** The command was right but could not be done: say why. */
+class CommandError extends Error {}
 
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
@@ -89,7 +92,7 @@ async function apiKeyCommand(args: string[], config: Config, logger: ReturnType<
       case 'revoke': {
         const id = z.uuid().safeParse(positionals[0]);
         if (!id.success) throw new UsageError('api-key revoke needs the id (a UUID) shown by api-key list.');
-        if (!(await revokeApiKey(database.db, id.data))) throw new UsageError(`No active API key has id ${id.data}.`);
+        if (!(await revokeApiKey(database.db, id.data))) throw new CommandError(`No active API key has id ${id.data}.`);
         console.log(`Revoked API key ${id.data}.`);
         return;
       }
@@ -103,7 +106,7 @@ async function apiKeyCommand(args: string[], config: Config, logger: ReturnType<
 
 main(process.argv.slice(2)).catch((error: unknown) => {
   if (error instanceof UsageError) console.error(`${error.message}\n\n${usage}`);
-  else if (error instanceof ConfigError) console.error(error.message);
+  else if (error instanceof ConfigError || error instanceof CommandError) console.error(error.message);
   else console.error(error);
   process.exit(error instanceof UsageError || error instanceof ConfigError ? 2 : 1);
 });
