@@ -108,6 +108,7 @@ describe('batch Bundles', () => {
         { resource: { resourceType: 'Observation' }, request: { method: 'POST', url: 'Patient' } },
         { request: { method: 'GET', url: 'Patient/no-such-patient' } },
         { resource: { resourceType: 'Patient' }, request: { method: 'POST', url: 'Patient' } },
+        { resource: { resourceType: 'Patient', name: [{ text: 'nul \u0000' }] }, request: { method: 'POST', url: 'Patient' } },
       ],
     });
     expect(response.statusCode).toBe(200);
@@ -118,6 +119,7 @@ describe('batch Bundles', () => {
       '400 Bad Request',
       '404 Not Found',
       '201 Created',
+      '400 Bad Request',
     ]);
     expect(bundle.entry[1].response.outcome.issue[0].details.text).toMatch(/^Bundle.entry\[1\]: The body's resourceType/);
     expect((await t.fhir('GET', '/Patient/batch-1')).statusCode).toBe(200);

@@ -1,6 +1,5 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import pg from 'pg';
 import { FhirError, operationOutcome, type IssueCode, type OperationOutcome } from '../fhir/outcome.ts';
 
 export const fhirJson = 'application/fhir+json; charset=utf-8';
@@ -25,11 +24,6 @@ const issueCodeByStatus: Record<number, IssueCode> = {
  * request validation and Fastify's own 4xx errors with their message, and
  * anything else as a 500 whose details stay in the log.
  */
-/** SQLSTATE class 22: the data itself was unacceptable, so the client must change it. */
-function isPostgresDataException(error: unknown): error is pg.DatabaseError {
-  return error instanceof pg.DatabaseError && error.code?.startsWith('22') === true;
-}
-
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof FhirError) return sendOutcome(reply, error.status, error.outcome);
@@ -40,10 +34,6 @@ export function installErrorHandlers(app: FastifyInstance): void {
     if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       const sent = request.headers['content-type'] ?? 'none';
       return sendOutcome(reply, 415, operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`));
-    }
-    if (isPostgresDataException(error)) {
-      // Valid JSON that PostgreSQL's jsonb cannot hold, such as a \u0000 in a string.
-      return sendOutcome(reply, 400, operationOutcome('invalid', `The resource cannot be stored: ${error.message}`));
     }
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import pg from 'pg';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { fhirIdPattern, isResourceType } from '../fhir/definitions.ts';
@@ -50,6 +51,15 @@ export function assertResourceBody(type: string, body: unknown, urlId?: string):
   }
 }
 
+/**
+ * Valid JSON that jsonb cannot hold (a \u0000 in a string) fails with SQLSTATE
+ * class 22, data exception: the client must change the resource, so it is a 400.
+ */
+function unstorableAsBadRequest(error: unknown): never {
+  if (error instanceof pg.DatabaseError && error.code?.startsWith('22')) throw badRequest(`The resource cannot be stored: ${error.message}`);
+  throw error;
+}
+
 function toVersion(content: FhirResource): StoredVersion {
   const meta = content.meta as { versionId: string; lastUpdated: string };
   // jsonb orders keys by length; FHIR JSON reads best with resourceType, id and meta first.
@@ -63,7 +73,8 @@ export async function createResource(db: Db, type: string, body: FhirResource, i
     .insertInto('fhir.resources')
     .values({ resource_type: type, id, content: { ...body, id } })
     .returning('content')
-    .executeTakeFirstOrThrow();
+    .executeTakeFirstOrThrow()
+    .catch(unstorableAsBadRequest);
   return { ...toVersion(content), created: true };
 }
 
@@ -90,7 +101,8 @@ export async function updateResource(db: Db, type: string, id: string, body: Fhi
       .onConflict((conflict) => conflict.columns(['resource_type', 'id']).doUpdateSet({ content: (eb) => eb.ref('excluded.content') }))
       // xmax is 0 only on a row version that no UPDATE produced: the insert branch.
       .returning(['content', sql<boolean>`xmax = 0`.as('created')])
-      .executeTakeFirstOrThrow();
+      .executeTakeFirstOrThrow()
+      .catch(unstorableAsBadRequest);
     return { ...toVersion(row.content), created: row.created };
   }
   const row = await db
@@ -100,7 +112,8 @@ export async function updateResource(db: Db, type: string, id: string, body: Fhi
     .where('id', '=', id)
     .where('version_id', '=', ifMatch)
     .returning('content')
-    .executeTakeFirst();
+    .executeTakeFirst()
+    .catch(unstorableAsBadRequest);
   if (row) return { ...toVersion(row.content), created: false };
   throw await versionConflict(db, type, id, ifMatch);
 }
