@@ -12,7 +12,7 @@ export type EmbeddedDatabase = {
   url: string;
   /** Connection string of the server's maintenance database, for creating other databases. */
   adminUrl: string;
-  stop(): Promise<void>;
+  stop: () => Promise<void>;
 };
 
 type Log = { info(message: string): void; debug(message: string): void; error(message: string): void };

@@ -13,7 +13,7 @@ declare module 'vitest' {
   }
 }
 
-type Server = { adminUrl: string; stop(): Promise<void> };
+type Server = { adminUrl: string; stop: () => Promise<void> };
 
 /**
  * Finds a real PostgreSQL for the suite: TEST_DATABASE_URL or DATABASE_URL when
