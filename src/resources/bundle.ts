@@ -58,16 +58,19 @@ type EntryResponse = {
 /** Where an entry's request.url points: `Type` or `Type/id`, relative or under our own base. */
 type Target = { type: string; id?: string };
 
+/** A `urn:uuid:` fullUrl of the Bundle and the resource it stands for. */
+type UrnTarget = { urn: string; type: string; id: string };
+
 export async function processBundle(db: Db, bundle: ProcessableBundle, serviceBase: string): Promise<FhirResource> {
-  const references = assignUrnIds(bundle.entry);
-  const entries = bundle.entry.map((raw) => resolveUrnReferences(raw, references));
+  const urnTargets = assignUrnIds(bundle.entry);
+  const context = { serviceBase, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
 
   if (bundle.type === 'transaction') {
     const responses = await db.transaction().execute(async (transaction) => {
       const results: EntryResponse[] = [];
-      for (const [index, raw] of entries.entries()) {
+      for (const [index, raw] of bundle.entry.entries()) {
         try {
-          results.push(await executeEntry(transaction, raw, serviceBase, references.get(index)));
+          results.push(await executeEntry(transaction, raw, index, context));
         } catch (error) {
           throw error instanceof FhirError ? nameEntry(error, index) : error;
         }
@@ -78,9 +81,9 @@ export async function processBundle(db: Db, bundle: ProcessableBundle, serviceBa
   }
 
   const responses: EntryResponse[] = [];
-  for (const [index, raw] of entries.entries()) {
+  for (const [index, raw] of bundle.entry.entries()) {
     try {
-      responses.push(await executeEntry(db, raw, serviceBase, references.get(index)));
+      responses.push(await executeEntry(db, raw, index, context));
     } catch (error) {
       if (!(error instanceof FhirError)) throw error;
       responses.push({ response: { status: statusLine(error.status), outcome: nameEntry(error, index).outcome } });
@@ -90,42 +93,48 @@ export async function processBundle(db: Db, bundle: ProcessableBundle, serviceBa
 }
 
 /**
- * Gives each POST entry whose fullUrl is a `urn:uuid:` its server id up front,
- * so that references to it anywhere in the Bundle can be rewritten before the
- * first write. Returns entry index → assigned reference.
+ * Gives each POST entry whose fullUrl is a `urn:uuid:` its server id up front
+ * (a PUT entry keeps its own), so that references to it anywhere in the Bundle
+ * can be rewritten before the first write. Keyed by entry index.
  */
-function assignUrnIds(entries: unknown[]): Map<number, Target & { id: string; urn: string }> {
-  const assigned = new Map<number, Target & { id: string; urn: string }>();
+function assignUrnIds(entries: unknown[]): Map<number, UrnTarget> {
+  const assigned = new Map<number, UrnTarget>();
   entries.forEach((raw, index) => {
     const parsed = entrySchema.safeParse(raw);
     if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) return;
     const { request, fullUrl } = parsed.data;
     const target = parseTarget(request.url);
     if (!target) return;
-    if (request.method === 'POST') assigned.set(index, { type: target.type, id: randomUUID(), urn: fullUrl });
-    else if (request.method === 'PUT' && target.id) assigned.set(index, { type: target.type, id: target.id, urn: fullUrl });
+    if (request.method === 'POST') assigned.set(index, { urn: fullUrl, type: target.type, id: randomUUID() });
+    else if (request.method === 'PUT' && target.id) assigned.set(index, { urn: fullUrl, type: target.type, id: target.id });
   });
   return assigned;
 }
 
-function resolveUrnReferences(raw: unknown, references: Map<number, Target & { id: string; urn: string }>): unknown {
-  if (references.size === 0) return raw;
-  const byUrn = new Map([...references.values()].map((target) => [target.urn, `${target.type}/${target.id}`]));
+/** Rewrites every `reference` equal to one of the Bundle's urn:uuid fullUrls into `Type/id`. */
+function referenceRewriter(urnTargets: Map<number, UrnTarget>): (value: unknown) => unknown {
+  const byUrn = new Map([...urnTargets.values()].map((target) => [target.urn, `${target.type}/${target.id}`]));
   const rewrite = (value: unknown): unknown => {
+    if (byUrn.size === 0 || typeof value !== 'object' || value === null) return value;
     if (Array.isArray(value)) return value.map(rewrite);
-    if (typeof value !== 'object' || value === null) return value;
     return Object.fromEntries(
       Object.entries(value).map(([key, inner]) =>
         key === 'reference' && typeof inner === 'string' && byUrn.has(inner) ? [key, byUrn.get(inner)] : [key, rewrite(inner)],
       ),
     );
   };
-  const entry = raw as { resource?: unknown };
-  return typeof entry === 'object' && entry !== null && 'resource' in entry ? { ...entry, resource: rewrite(entry.resource) } : raw;
+  return rewrite;
 }
 
-async function executeEntry(db: Db, raw: unknown, serviceBase: string, assigned: { id: string } | undefined): Promise<EntryResponse> {
-  const entry = parseEntry(raw);
+type EntryContext = {
+  serviceBase: string;
+  urnTargets: Map<number, UrnTarget>;
+  rewriteReferences: (value: unknown) => unknown;
+};
+
+async function executeEntry(db: Db, raw: unknown, index: number, { serviceBase, urnTargets, rewriteReferences }: EntryContext): Promise<EntryResponse> {
+  const parsed = parseEntry(raw);
+  const entry = { ...parsed, resource: rewriteReferences(parsed.resource) };
   const target = parseTarget(entry.request.url);
   if (!target) throw badRequest(`request.url '${entry.request.url}' is not of the form Type or Type/id (conditional and search URLs are not supported)`, 'not-supported');
   assertResourceType(target.type);
@@ -136,7 +145,7 @@ async function executeEntry(db: Db, raw: unknown, serviceBase: string, assigned:
     case 'POST': {
       if (target.id !== undefined) throw badRequest(`POST request.url must be a type, not '${entry.request.url}'`);
       assertResourceBody(target.type, entry.resource);
-      return written(await createResource(db, target.type, entry.resource, assigned?.id), '201 Created', serviceBase);
+      return written(await createResource(db, target.type, entry.resource, urnTargets.get(index)?.id), '201 Created', serviceBase);
     }
     case 'PUT': {
       const id = requireId(target, entry);
