@@ -10,6 +10,7 @@ import { bundleRoutes } from './routes/bundles.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
 import { resourceRoutes } from './routes/resources.ts';
+import { searchRoutes } from './routes/search.ts';
 
 export type AppOptions = {
   database: DatabaseHandle;
@@ -49,6 +50,7 @@ export async function buildApp({ database, baseUrl, logger }: AppOptions): Promi
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase });
+      await fhir.register(searchRoutes, { db: database.db, serviceBase });
       await fhir.register(resourceRoutes, { db: database.db, serviceBase });
     },
     { prefix: fhirBasePath },

@@ -1,0 +1,44 @@
+import { badRequest } from '../fhir/outcome.ts';
+import { compileFilters } from './jsonpath.ts';
+import { parseCriteriaString, type Filter, type Include } from './query.ts';
+
+/** An _include or _revinclude of a criteria, as stored: parameter by code, resolved again on use. */
+export type StoredInclude = { sourceType: string; parameter: string; targetType?: string; iterate: boolean };
+
+/**
+ * A subscription's criteria compiled once, at creation, into a value that can
+ * be stored as JSON and evaluated in SQL: `match` for creations and updates,
+ * `matchDeleted` for deletions (the spec evaluates only active, status and
+ * :missing there and ignores the rest), each a jsonpath predicate for
+ * jsonb_path_match(content, …), or null for "every resource of the type".
+ * Every supported parameter compiles to SQL, so nothing is left for a worker.
+ */
+export type CompiledCriteria = {
+  resourceType: string;
+  match: string | null;
+  matchDeleted: string | null;
+  include: StoredInclude[];
+  revinclude: StoredInclude[];
+};
+
+const parametersKeptForDeletions = new Set(['active', 'status']);
+
+export function compileCriteria(criteria: string): CompiledCriteria {
+  const query = parseCriteriaString(criteria);
+  const resultParameter = (['count', 'sort', 'total', 'pageToken'] as const).find((name) => query[name] !== undefined);
+  if (resultParameter !== undefined) {
+    throw badRequest(`_${resultParameter === 'pageToken' ? 'page_token' : resultParameter} has no meaning in subscription criteria`);
+  }
+  const keptForDeletions = (filter: Filter) => parametersKeptForDeletions.has(filter.parameter.code) || filter.modifier === 'missing';
+  return {
+    resourceType: query.resourceType,
+    match: compileFilters(query.filters),
+    matchDeleted: compileFilters(query.filters.filter(keptForDeletions)),
+    include: query.include.map(storeInclude),
+    revinclude: query.revinclude.map(storeInclude),
+  };
+}
+
+function storeInclude({ sourceType, parameter, targetType, iterate }: Include): StoredInclude {
+  return { sourceType, parameter: parameter.code, iterate, ...(targetType === undefined ? {} : { targetType }) };
+}

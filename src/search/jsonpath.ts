@@ -1,0 +1,349 @@
+import type { ElementPath, PathStep } from './element-paths.ts';
+import type { Filter } from './query.ts';
+import type { Prefix, SearchValue } from './values.ts';
+import { formatMicros } from './values.ts';
+
+/**
+ * Compiles search filters into one SQL/JSON path predicate over a resource's
+ * JSON, for `content @@ '<predicate>'` (GIN-indexed) in searches and
+ * `jsonb_path_match(content, '<predicate>')` in triggers. Repeated parameters
+ * are `&&`, comma values `||`. Values are matched by their JSON shape, so the
+ * same rules serve code, Coding, CodeableConcept and Identifier; string,
+ * HumanName and Address; date, dateTime, instant, Period and Timing.
+ */
+export function compileFilters(filters: readonly Filter[]): string | null {
+  if (filters.length === 0) return null;
+  return filters.map(compileFilter).join(' && ');
+}
+
+function compileFilter(filter: Filter): string {
+  const { parameter, modifier, values } = filter;
+  const accessors = parameter.paths.map(accessor);
+  const first = values[0];
+  if (first?.kind === 'missing') {
+    const present = anyOf(accessors.map((path) => `exists(${path})`));
+    return first.missing ? `!${present}` : present;
+  }
+  const condition = anyOf(values.map((value) => valueCondition(value, modifier)));
+  const found = anyOf(accessors.map((path) => `exists(${path} ? (${condition}))`));
+  return modifier === 'not' ? `!${found}` : found;
+}
+
+/** `$."participant"."actor" ? (...)`: lax mode walks arrays on its own. */
+export function accessor(path: ElementPath): string {
+  return `$${path.map(stepAccessor).join('')}`;
+}
+
+function stepAccessor(step: PathStep): string {
+  let text = `.${key(step.name)}`;
+  if (step.index !== undefined) text += `[${step.index}]`;
+  if (step.filter?.kind === 'reference-to') {
+    text += ` ? (@."reference" like_regex ${literal(referencePattern(step.filter.types.join('|'), '[^/]+'))})`;
+  } else if (step.filter?.kind === 'child-equals') {
+    text += ` ? (@.${key(step.filter.child)} == ${literal(step.filter.value)})`;
+  }
+  return text;
+}
+
+function valueCondition(value: SearchValue, modifier: Filter['modifier']): string {
+  switch (value.kind) {
+    case 'token':
+      return tokenCondition(value);
+    case 'text':
+      return modifier === undefined || modifier === 'exact' || modifier === 'contains'
+        ? stringCondition(value.text, modifier ?? 'starts-with')
+        : tokenTextCondition(value.text);
+    case 'reference':
+      return referenceCondition(value.type, value.id);
+    case 'canonical':
+      return `(@ == ${literal(value.text)} || @."reference" == ${literal(value.text)})`;
+    case 'uri':
+      return `(@ == ${literal(value.uri)})`;
+    case 'number':
+      return numberCondition('@', value.prefix, value);
+    case 'quantity':
+      return quantityCondition(value);
+    case 'date':
+      return dateCondition(value.prefix, value.low, value.high);
+    case 'missing':
+      throw new Error(':missing is compiled by compileFilter');
+  }
+}
+
+// --- token -----------------------------------------------------------------
+
+function tokenCondition({ system, code }: { system?: string; code?: string }): string {
+  const systemTest = (item: string) =>
+    system === undefined ? [] : system === '' ? [`!exists(${item}."system")`] : [`${item}."system" == ${literal(system)}`];
+  const coding = (item: string) => allOf([...(code === undefined ? [] : [`${item}."code" == ${literal(code)}`]), ...systemTest(item)]);
+  const identifier = allOf([...(code === undefined ? [] : [`@."value" == ${literal(code)}`]), ...systemTest('@')]);
+  const alternatives = [coding('@'), `exists(@."coding" ? (${coding('@')}))`, identifier];
+  if (code !== undefined) {
+    // A primitive code, id, string or boolean has no system of its own: the system part is not checked.
+    alternatives.unshift(`@ == ${literal(code)}`);
+    if (code === 'true' || code === 'false') alternatives.unshift(`@ == ${code}`);
+  }
+  return anyOf(alternatives);
+}
+
+/** :text on a token: CodeableConcept.text, a Coding's display, an Identifier's type text; starts-with, folded. */
+function tokenTextCondition(text: string): string {
+  const pattern = literal(`^${foldedPattern(text)}`);
+  return anyOf(['@."text"', '@."display"', '@."coding"."display"', '@."type"."text"'].map((item) => `${item} like_regex ${pattern}`));
+}
+
+// --- string ----------------------------------------------------------------
+
+/** The parts of a HumanName and of an Address that a string search reads. */
+const stringParts = ['family', 'given', 'prefix', 'suffix', 'text', 'line', 'city', 'district', 'state', 'postalCode', 'country'];
+
+function stringCondition(text: string, mode: 'starts-with' | 'exact' | 'contains'): string {
+  const test =
+    mode === 'exact'
+      ? (item: string) => `${item} == ${literal(text)}`
+      : (item: string) => `${item} like_regex ${literal(`${mode === 'starts-with' ? '^' : ''}${foldedPattern(text)}`)}`;
+  return anyOf([`(@.type() == "string" && ${test('@')})`, ...stringParts.map((part) => test(`@.${key(part)}`))]);
+}
+
+/**
+ * A regular expression that matches `text` ignoring case and accents: each
+ * letter becomes the class of the characters that fold to it (é, É, e, E for
+ * e), and combining marks in the data are skipped.
+ */
+export function foldedPattern(text: string): string {
+  return [...fold(text)]
+    .map((char) => {
+      const variants = foldsTo.get(char);
+      return variants ? `[${[...variants].map(escapeInClass).join('')}][\\u0300-\\u036f]*` : escapeRegex(char);
+    })
+    .join('');
+}
+
+/** Lower case without accents: what both sides are compared as. */
+export function fold(text: string): string {
+  return text.normalize('NFD').replace(/[\u0300-\u036f]/g, '').toLowerCase();
+}
+
+/** For each folded letter, every character of the Latin, Greek and Cyrillic blocks that folds to it. */
+const foldsTo: ReadonlyMap<string, Set<string>> = (() => {
+  const table = new Map<string, Set<string>>();
+  const ranges: [number, number][] = [
+    [0x41, 0x7a],
+    [0xc0, 0x24f],
+    [0x370, 0x3ff],
+    [0x400, 0x4ff],
+    [0x1e00, 0x1eff],
+  ];
+  for (const [from, to] of ranges) {
+    for (let codePoint = from; codePoint <= to; codePoint++) {
+      const char = String.fromCodePoint(codePoint);
+      const folded = fold(char);
+      if (folded.length !== 1 || !/\p{L}/u.test(folded)) continue;
+      const variants = table.get(folded) ?? new Set([folded]);
+      variants.add(char);
+      table.set(folded, variants);
+    }
+  }
+  return table;
+})();
+
+function escapeRegex(char: string): string {
+  return /[\\^$.|?*+()[\]{}]/.test(char) ? `\\${char}` : char;
+}
+
+function escapeInClass(char: string): string {
+  return /[\\\]^-]/.test(char) ? `\\${char}` : char;
+}
+
+// --- reference -------------------------------------------------------------
+
+function referenceCondition(type: string | undefined, id: string): string {
+  const pattern = referencePattern(type ?? '[A-Z][A-Za-z]+', escapeRegexText(id));
+  return `(@."reference" like_regex ${literal(pattern)})`;
+}
+
+/** `Type/id`, relative or at the end of an absolute URL, with or without `/_history/n`. */
+function referencePattern(types: string, id: string): string {
+  return `(^|/)(${types})/${id}(/_history/[^/]+)?$`;
+}
+
+function escapeRegexText(text: string): string {
+  return [...text].map(escapeRegex).join('');
+}
+
+// --- number and quantity ---------------------------------------------------
+
+type Decimal = { value: string; low: string; high: string };
+
+/** Stored numbers are exact; the search value's implicit precision range applies to eq and ne only. */
+function numberCondition(item: string, prefix: Prefix, { value, low, high }: Decimal): string {
+  switch (prefix) {
+    case 'eq':
+      return `(${item} >= ${low} && ${item} < ${high})`;
+    case 'ne':
+      return `(${item} < ${low} || ${item} >= ${high})`;
+    case 'gt':
+    case 'sa':
+      return `(${item} > ${value})`;
+    case 'lt':
+    case 'eb':
+      return `(${item} < ${value})`;
+    case 'ge':
+      return `(${item} >= ${value})`;
+    case 'le':
+      return `(${item} <= ${value})`;
+  }
+}
+
+function quantityCondition(value: Extract<SearchValue, { kind: 'quantity' }>): string {
+  return allOf([
+    numberCondition('@."value"', value.prefix, value),
+    ...(value.system === undefined ? [] : [`@."system" == ${literal(value.system)}`]),
+    ...(value.code === undefined ? [] : [`(@."code" == ${literal(value.code)} || @."unit" == ${literal(value.code)})`]),
+  ]);
+}
+
+// --- date ------------------------------------------------------------------
+
+/**
+ * A stored value covers a range [L, H): a date of precision year, month or day
+ * its whole period (taken in UTC); a dateTime or instant to the second that
+ * second; one with a fraction its microsecond; a Period from its start's L to
+ * its end's H (open where absent); a Timing each of its events. The prefixes
+ * compare that range with the search range [low, high) as FHIR defines them.
+ */
+type Bound = { lowAtLeast: (x: string) => string; lowBelow: (x: string) => string; highAbove: (x: string) => string; highAtMost: (x: string) => string };
+
+function prefixCondition(prefix: Prefix, low: string, high: string, bound: Bound): string {
+  const contained = `(${bound.lowAtLeast(low)} && ${bound.highAtMost(high)})`;
+  switch (prefix) {
+    case 'eq':
+      return contained;
+    case 'ne':
+      return `(${bound.lowBelow(low)} || ${bound.highAbove(high)})`;
+    case 'gt':
+      return bound.highAbove(high);
+    case 'lt':
+      return bound.lowBelow(low);
+    case 'ge':
+      return `(${bound.highAbove(high)} || ${contained})`;
+    case 'le':
+      return `(${bound.lowBelow(low)} || ${contained})`;
+    case 'sa':
+      return bound.lowAtLeast(high);
+    case 'eb':
+      return bound.highAtMost(low);
+  }
+}
+
+function dateCondition(prefix: Prefix, low: string, high: string): string {
+  const onString = anyOf(dateForms.map((form) => `(${form.guard('@')} && ${prefixCondition(prefix, low, high, form.bound('@'))})`));
+  const onPeriod = `(@.type() == "object" && !exists(@."event") && ${prefixCondition(prefix, low, high, periodBound())})`;
+  const onTiming = `exists(@."event" ? (${onString}))`;
+  return `((@.type() == "string" && ${onString}) || ${onPeriod} || ${onTiming})`;
+}
+
+function periodBound(): Bound {
+  const start = '@."start"';
+  const end = '@."end"';
+  const some = (item: string, condition: (bound: Bound) => string) =>
+    anyOf(dateForms.map((form) => `(${form.guard(item)} && ${condition(form.bound(item))})`));
+  return {
+    lowAtLeast: (x) => some(start, (bound) => bound.lowAtLeast(x)),
+    lowBelow: (x) => `(!exists(${start}) || ${some(start, (bound) => bound.lowBelow(x))})`,
+    highAbove: (x) => `(!exists(${end}) || ${some(end, (bound) => bound.highAbove(x))})`,
+    highAtMost: (x) => some(end, (bound) => bound.highAtMost(x)),
+  };
+}
+
+type DateForm = { guard: (item: string) => string; bound: (item: string) => Bound };
+
+const time = '\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}';
+const utcSeconds = literal('YYYY-MM-DD"T"HH24:MI:SS"Z"');
+const utcMicros = literal('YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+
+/**
+ * The shapes a stored date can have, each with a guard and its bounds. A
+ * partial date compares as text against the search bound cut to its
+ * precision; a time is parsed with .datetime(): a "Z" time as a timestamp and
+ * the bound too, an offset time as a timestamptz and the bound too, so no
+ * comparison needs a session time zone.
+ */
+const dateForms: readonly DateForm[] = [
+  ...[4, 7, 10].map((length) => partialDateForm(length)),
+  timeForm(`^${time}Z$`, (item) => `${item}.datetime(${utcSeconds})`, 'second', 'utc'),
+  timeForm(`^${time}\\.\\d{1,6}Z$`, (item) => `${item}.datetime(${utcMicros})`, 'microsecond', 'utc'),
+  timeForm(`^${time}[+-]\\d{2}:\\d{2}$`, (item) => `${item}.datetime()`, 'second', 'offset'),
+  timeForm(`^${time}\\.\\d{1,6}[+-]\\d{2}:\\d{2}$`, (item) => `${item}.datetime()`, 'microsecond', 'offset'),
+];
+
+/** YYYY (4), YYYY-MM (7), YYYY-MM-DD (10): [start of the period, start of the next). */
+function partialDateForm(length: number): DateForm {
+  const pattern = ['^\\d{4}$', '^\\d{4}-\\d{2}$', '^\\d{4}-\\d{2}-\\d{2}$'][[4, 7, 10].indexOf(length)]!;
+  return {
+    guard: (item) => `${item} like_regex ${literal(pattern)}`,
+    bound: (item) => ({
+      // start(d) >= x  ⟺  d >= x rounded up to the precision
+      lowAtLeast: (x) => `${item} >= ${literal(ceilTo(x, length))}`,
+      lowBelow: (x) => `${item} < ${literal(ceilTo(x, length))}`,
+      // end(d) > x  ⟺  d >= x cut to the precision
+      highAbove: (x) => `${item} >= ${literal(x.slice(0, length))}`,
+      highAtMost: (x) => `${item} < ${literal(x.slice(0, length))}`,
+    }),
+  };
+}
+
+function timeForm(pattern: string, parse: (item: string) => string, precision: 'second' | 'microsecond', zone: 'utc' | 'offset'): DateForm {
+  const constant = (x: string) =>
+    zone === 'utc' ? `${literal(x)}.datetime(${utcMicros})` : `${literal(`${x.slice(0, -1)}+00:00`)}.datetime()`;
+  // A time to the second covers [t, t+1s): its end is above x iff t >= x cut to the second.
+  const cut = (x: string) => (precision === 'second' ? `${x.slice(0, 19)}.000000Z` : x);
+  return {
+    guard: (item) => `${item} like_regex ${literal(pattern)}`,
+    bound: (item) => ({
+      lowAtLeast: (x) => `${parse(item)} >= ${constant(x)}`,
+      lowBelow: (x) => `${parse(item)} < ${constant(x)}`,
+      highAbove: (x) => `${parse(item)} >= ${constant(cut(x))}`,
+      highAtMost: (x) => `${parse(item)} < ${constant(cut(x))}`,
+    }),
+  };
+}
+
+/** The first period of `length` characters' precision that starts at or after instant x. */
+function ceilTo(x: string, length: number): string {
+  const cut = x.slice(0, length);
+  const start = `${cut}${'0001-01-01T00:00:00.000000Z'.slice(length)}`;
+  if (start === x) return cut;
+  const year = Number(x.slice(0, 4));
+  const month = Number(x.slice(5, 7));
+  const day = Number(x.slice(8, 10));
+  const next =
+    length === 4 ? Date.UTC(year + 1, 0, 1) : length === 7 ? Date.UTC(year, month, 1) : Date.UTC(year, month - 1, day + 1);
+  return formatMicros(BigInt(next) * 1000n).slice(0, length);
+}
+
+// --- text helpers ----------------------------------------------------------
+
+/** A jsonpath string literal (JSON's escapes are jsonpath's). */
+function literal(text: string): string {
+  return JSON.stringify(text);
+}
+
+function key(name: string): string {
+  return JSON.stringify(name);
+}
+
+function anyOf(conditions: string[]): string {
+  return conditions.length === 1 ? conditions[0]! : `(${conditions.join(' || ')})`;
+}
+
+function allOf(conditions: string[]): string {
+  if (conditions.length === 0) return 'true';
+  return conditions.length === 1 ? conditions[0]! : `(${conditions.join(' && ')})`;
+}
+
+/** Resources whose `paths` hold a Reference to one of `references` (`Type/id`): the _revinclude lookup, by equality so GIN serves it. */
+export function referencesAnyOf(paths: readonly ElementPath[], references: readonly string[]): string {
+  const condition = anyOf(references.map((reference) => `@."reference" == ${literal(reference)}`));
+  return anyOf(paths.map((path) => `exists(${accessor(path)} ? (${condition}))`));
+}

@@ -1,0 +1,170 @@
+import { isResourceType } from '../fhir/definitions.ts';
+import { badRequest, FhirError } from '../fhir/outcome.ts';
+import { isSupported, searchParametersOf, type SearchParameter } from './parameters.ts';
+import { parseValue, splitUnescaped, type SearchValue } from './values.ts';
+
+/**
+ * Parsing of FHIR search queries (`Type?name[:modifier]=value&...`): repeated
+ * parameters AND, comma-separated values OR, `\,` `\|` `\$` `\\` escapes.
+ * Unknown parameters, modifiers and malformed values are refused, naming them.
+ */
+
+export type Modifier = 'missing' | 'not' | 'exact' | 'contains' | 'text' | { type: string };
+
+export type Filter = {
+  parameter: SearchParameter;
+  modifier?: Modifier;
+  /** OR-ed values (one when the modifier is :missing). */
+  values: SearchValue[];
+};
+
+export type Include = {
+  sourceType: string;
+  parameter: SearchParameter;
+  targetType?: string;
+  iterate: boolean;
+};
+
+export type SortOrder = { by: '_lastUpdated' | '_id'; descending: boolean };
+
+export type SearchQuery = {
+  resourceType: string;
+  filters: Filter[];
+  include: Include[];
+  revinclude: Include[];
+  count?: number;
+  sort?: SortOrder;
+  total?: 'none' | 'estimate' | 'accurate';
+  pageToken?: string;
+};
+
+export const maxCount = 1000;
+
+const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
+  token: ['missing', 'not', 'text'],
+  string: ['missing', 'exact', 'contains'],
+  reference: ['missing'],
+  date: ['missing'],
+  number: ['missing'],
+  quantity: ['missing'],
+  uri: ['missing'],
+};
+
+/** Parameters that shape the result rather than filter it. */
+const resultParameters = new Set(['_count', '_sort', '_total', '_include', '_revinclude', '_page_token', '_format']);
+
+/** Splits `Type?query` and parses the query for that type. */
+export function parseCriteriaString(criteria: string): SearchQuery {
+  const questionMark = criteria.indexOf('?');
+  const resourceType = questionMark === -1 ? criteria : criteria.slice(0, questionMark);
+  const query = questionMark === -1 ? '' : criteria.slice(questionMark + 1);
+  return parseSearchQuery(resourceType, query);
+}
+
+/** Parses a raw (still percent-encoded) query string for a search on `resourceType`. */
+export function parseSearchQuery(resourceType: string, rawQuery: string): SearchQuery {
+  if (!isResourceType(resourceType)) throw badRequest(`'${resourceType}' is not an R4 resource type`);
+  const search: SearchQuery = { resourceType, filters: [], include: [], revinclude: [] };
+  for (const [key, value] of splitQuery(rawQuery)) {
+    const colon = key.indexOf(':');
+    const name = colon === -1 ? key : key.slice(0, colon);
+    const modifier = colon === -1 ? undefined : key.slice(colon + 1);
+    if (resultParameters.has(name)) applyResultParameter(search, name, modifier, value);
+    else search.filters.push(parseFilter(resourceType, name, modifier, value));
+  }
+  return search;
+}
+
+function splitQuery(rawQuery: string): [string, string][] {
+  return rawQuery
+    .split('&')
+    .filter((pair) => pair !== '')
+    .map((pair) => {
+      const equals = pair.indexOf('=');
+      const key = equals === -1 ? pair : pair.slice(0, equals);
+      const value = equals === -1 ? '' : pair.slice(equals + 1);
+      return [decode(key), decode(value)];
+    });
+}
+
+function decode(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    throw badRequest(`Malformed percent-encoding in '${text}'`);
+  }
+}
+
+function parseFilter(resourceType: string, name: string, modifierText: string | undefined, value: string): Filter {
+  const parameter = searchParametersOf(resourceType).get(name);
+  if (!parameter) throw badRequest(`Unknown search parameter '${name}' for ${resourceType}`);
+  if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${name} is not supported: ${parameter.unsupported}`);
+  const modifier = parseModifier(parameter, modifierText);
+  if (value === '') throw badRequest(`Search parameter '${name}' has an empty value`);
+  if (modifier === 'missing') {
+    if (value !== 'true' && value !== 'false') throw badRequest(`':missing' takes true or false, not '${value}'`);
+    return { parameter, modifier, values: [{ kind: 'missing', missing: value === 'true' }] };
+  }
+  const values = splitUnescaped(value, ',').map((text) => parseValue(parameter, modifier, text));
+  return { parameter, ...(modifier === undefined ? {} : { modifier }), values };
+}
+
+function parseModifier(parameter: SearchParameter, text: string | undefined): Modifier | undefined {
+  if (text === undefined) return undefined;
+  if (modifiersByType[parameter.type].includes(text)) return text as Modifier;
+  if (parameter.type === 'reference' && isResourceType(text)) {
+    if (parameter.targets.length > 0 && !parameter.targets.includes(text)) {
+      throw badRequest(`Search parameter '${parameter.code}' cannot refer to ${text} (it refers to ${parameter.targets.join(', ')})`);
+    }
+    return { type: text };
+  }
+  throw badRequest(`Unknown modifier ':${text}' on ${parameter.type} parameter '${parameter.code}'`);
+}
+
+function applyResultParameter(search: SearchQuery, name: string, modifier: string | undefined, value: string): void {
+  if (modifier !== undefined && !((name === '_include' || name === '_revinclude') && modifier === 'iterate')) {
+    throw badRequest(`Unknown modifier ':${modifier}' on '${name}'`);
+  }
+  switch (name) {
+    case '_count': {
+      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxCount) throw badRequest(`_count must be an integer from 1 to ${maxCount}, not '${value}'`);
+      search.count = Number(value);
+      return;
+    }
+    case '_sort': {
+      const sort = /^(-?)(_lastUpdated|_id)$/.exec(value);
+      if (!sort) throw badRequest(`_sort supports _lastUpdated, -_lastUpdated, _id and -_id, not '${value}'`);
+      search.sort = { by: sort[2] as SortOrder['by'], descending: sort[1] === '-' };
+      return;
+    }
+    case '_total': {
+      if (value !== 'none' && value !== 'estimate' && value !== 'accurate') throw badRequest(`_total must be none, estimate or accurate, not '${value}'`);
+      search.total = value;
+      return;
+    }
+    case '_page_token':
+      search.pageToken = value;
+      return;
+    case '_format':
+      if (!/json/.test(value)) throw new FhirError(400, 'not-supported', `Only JSON is supported, not _format=${value}`);
+      return;
+    case '_include':
+    case '_revinclude':
+      (name === '_include' ? search.include : search.revinclude).push(parseInclude(name, value, modifier === 'iterate'));
+      return;
+  }
+}
+
+function parseInclude(name: string, value: string, iterate: boolean): Include {
+  const [sourceType, code, targetType, ...extra] = value.split(':');
+  if (!sourceType || !code || extra.length > 0) throw badRequest(`${name} must be Type:parameter or Type:parameter:TargetType, not '${value}'`);
+  if (!isResourceType(sourceType)) throw badRequest(`${name}=${value}: '${sourceType}' is not an R4 resource type`);
+  const parameter = searchParametersOf(sourceType).get(code);
+  if (!parameter) throw badRequest(`${name}=${value}: ${sourceType} has no search parameter '${code}'`);
+  if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${code} is not supported: ${parameter.unsupported}`);
+  if (parameter.type !== 'reference') throw badRequest(`${name}=${value}: '${code}' is not a reference parameter`);
+  if (targetType !== undefined && (!isResourceType(targetType) || (parameter.targets.length > 0 && !parameter.targets.includes(targetType)))) {
+    throw badRequest(`${name}=${value}: '${code}' cannot refer to ${targetType}`);
+  }
+  return { sourceType, parameter, iterate, ...(targetType === undefined ? {} : { targetType }) };
+}

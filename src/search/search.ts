@@ -1,0 +1,176 @@
+import { sql, type RawBuilder } from 'kysely';
+import type { Db } from '../db/database.ts';
+import type { FhirResource } from '../db/schema.ts';
+import { badRequest } from '../fhir/outcome.ts';
+import { accessor, compileFilters, referencesAnyOf } from './jsonpath.ts';
+import type { Include, SearchQuery, SortOrder } from './query.ts';
+
+/** How many resources one _revinclude may add to a page. */
+export const revincludeLimit = 1000;
+const defaultCount = 20;
+/** Rounds of `:iterate` includes before stopping (FHIR lets servers bound this). */
+const iterateRounds = 3;
+
+export type SearchPage = {
+  matches: FhirResource[];
+  included: FhirResource[];
+  /** The number of matches in all pages, when asked for or known for free. */
+  total?: number;
+  /** The _page_token of the next page, if there is one. */
+  nextPageToken?: string;
+};
+
+type Cursor = { sort: string; lastUpdated: string; id: string };
+
+/**
+ * Runs a search: one page of matches in keyset order (no OFFSET: a page token
+ * is the last row's sort key, so inserts between pages move nothing), then its
+ * _include and _revinclude resources.
+ */
+export async function searchResources(db: Db, query: SearchQuery): Promise<SearchPage> {
+  const sort: SortOrder = query.sort ?? { by: '_lastUpdated', descending: false };
+  const count = query.count ?? defaultCount;
+  const predicate = compileFilters(query.filters);
+  const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
+
+  const rows = await sql<{ content: FhirResource }>`
+    SELECT content FROM fhir.resources
+    WHERE resource_type = ${query.resourceType}
+      AND ${matches(predicate)}
+      AND ${after(cursor, sort)}
+    ORDER BY ${orderBy(sort)}
+    LIMIT ${count + 1}`.execute(db);
+
+  const matchesOnPage = rows.rows.slice(0, count).map((row) => row.content);
+  const last = matchesOnPage.at(-1);
+  const hasNext = rows.rows.length > count && last !== undefined;
+
+  let total: number | undefined;
+  if (query.total === 'accurate' || query.total === 'estimate') {
+    const counted = await sql<{ total: number }>`
+      SELECT count(*)::int AS total FROM fhir.resources
+      WHERE resource_type = ${query.resourceType} AND ${matches(predicate)}`.execute(db);
+    total = counted.rows[0]?.total ?? 0;
+  } else if (cursor === undefined && !hasNext && query.total !== 'none') {
+    total = matchesOnPage.length;
+  }
+
+  return {
+    matches: matchesOnPage,
+    included: await includedResources(db, matchesOnPage, query.include, query.revinclude),
+    ...(total === undefined ? {} : { total }),
+    ...(hasNext ? { nextPageToken: encodeCursor({ sort: sortKey(sort), lastUpdated: lastUpdatedOf(last), id: last.id! }) } : {}),
+  };
+}
+
+/**
+ * The resources that `include` and `revinclude` add to `resources` (FHIR
+ * search.mode "include"), without duplicates and without the resources
+ * themselves. Also used to build notification Bundles.
+ */
+export async function includedResources(
+  db: Db,
+  resources: readonly FhirResource[],
+  include: readonly Include[],
+  revinclude: readonly Include[],
+): Promise<FhirResource[]> {
+  const seen = new Set(resources.map(keyOf));
+  const added: FhirResource[] = [];
+  const keep = (found: FhirResource[]) => {
+    const fresh = found.filter((resource) => !seen.has(keyOf(resource)));
+    for (const resource of fresh) seen.add(keyOf(resource));
+    added.push(...fresh);
+    return fresh;
+  };
+
+  for (const spec of include) keep(await followReferences(db, resources, spec));
+  for (const spec of revinclude) keep(await findReferrers(db, resources, spec));
+
+  // :iterate applies the same includes to what the previous round added.
+  let frontier = added.slice();
+  for (let round = 0; round < iterateRounds && frontier.length > 0; round++) {
+    const next: FhirResource[] = [];
+    for (const spec of include.filter((candidate) => candidate.iterate)) next.push(...keep(await followReferences(db, frontier, spec)));
+    for (const spec of revinclude.filter((candidate) => candidate.iterate)) next.push(...keep(await findReferrers(db, frontier, spec)));
+    frontier = next;
+  }
+  return added;
+}
+
+/** _include: the resources that `spec.parameter` of the sources refers to. */
+async function followReferences(db: Db, sources: readonly FhirResource[], spec: Include): Promise<FhirResource[]> {
+  const ids = sources.filter((resource) => resource.resourceType === spec.sourceType).map((resource) => resource.id!);
+  if (ids.length === 0) return [];
+  const found: FhirResource[] = [];
+  for (const path of spec.parameter.paths) {
+    const result = await sql<{ content: FhirResource }>`
+      SELECT DISTINCT ON (target.resource_type, target.id) target.content
+      FROM fhir.resources source
+      CROSS JOIN LATERAL jsonb_path_query(source.content, ${accessor(path)}::jsonpath) AS reference
+      CROSS JOIN LATERAL regexp_match(reference ->> 'reference', '([A-Z][A-Za-z]+)/([A-Za-z0-9.-]{1,64})(/_history/[^/]+)?$') AS parts
+      JOIN fhir.resources target ON target.resource_type = parts[1] AND target.id = parts[2]
+      WHERE source.resource_type = ${spec.sourceType} AND source.id = ANY(${ids})
+        AND ${spec.targetType === undefined ? sql`true` : sql`target.resource_type = ${spec.targetType}`}`.execute(db);
+    found.push(...result.rows.map((row) => row.content));
+  }
+  return found;
+}
+
+/** _revinclude: resources of `spec.sourceType` whose `spec.parameter` refers to one of the targets. */
+async function findReferrers(db: Db, targets: readonly FhirResource[], spec: Include): Promise<FhirResource[]> {
+  const references = targets
+    .filter((resource) => spec.targetType === undefined || resource.resourceType === spec.targetType)
+    .map((resource) => `${resource.resourceType}/${resource.id}`);
+  if (references.length === 0) return [];
+  const result = await sql<{ content: FhirResource }>`
+    SELECT content FROM fhir.resources
+    WHERE resource_type = ${spec.sourceType}
+      AND content @@ ${referencesAnyOf(spec.parameter.paths, references)}::jsonpath
+    ORDER BY last_updated, id
+    LIMIT ${revincludeLimit}`.execute(db);
+  return result.rows.map((row) => row.content);
+}
+
+function matches(predicate: string | null): RawBuilder<unknown> {
+  return predicate === null ? sql`true` : sql`content @@ ${predicate}::jsonpath`;
+}
+
+function after(cursor: Cursor | undefined, sort: SortOrder): RawBuilder<unknown> {
+  if (cursor === undefined) return sql`true`;
+  if (sort.by === '_id') return sort.descending ? sql`id < ${cursor.id}` : sql`id > ${cursor.id}`;
+  const position = sql`(${cursor.lastUpdated}::timestamptz, ${cursor.id}::text)`;
+  return sort.descending ? sql`(last_updated, id) < ${position}` : sql`(last_updated, id) > ${position}`;
+}
+
+function orderBy(sort: SortOrder): RawBuilder<unknown> {
+  if (sort.by === '_id') return sort.descending ? sql`id DESC` : sql`id`;
+  return sort.descending ? sql`last_updated DESC, id DESC` : sql`last_updated, id`;
+}
+
+function sortKey(sort: SortOrder): string {
+  return `${sort.descending ? '-' : ''}${sort.by}`;
+}
+
+function lastUpdatedOf(resource: FhirResource): string {
+  return (resource.meta as { lastUpdated: string }).lastUpdated;
+}
+
+function keyOf(resource: FhirResource): string {
+  return `${resource.resourceType}/${resource.id}`;
+}
+
+function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify([cursor.sort, cursor.lastUpdated, cursor.id])).toString('base64url');
+}
+
+function decodeCursor(token: string, expectedSort: string): Cursor {
+  try {
+    const [sort, lastUpdated, id] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
+    if (typeof sort === 'string' && typeof lastUpdated === 'string' && typeof id === 'string' && sort === expectedSort) {
+      return { sort, lastUpdated, id };
+    }
+  } catch {
+    // fall through to the refusal
+  }
+  throw badRequest('Invalid _page_token: use the next link of the previous page, with the same _sort');
+}
