@@ -69,7 +69,8 @@ function child({ steps, definitionPath }: Reading, name: string): Reading {
   const next = [...steps, { name }];
   if (element?.choice) return { steps: next, definitionPath: undefined, choiceTypes: element.types };
   // Into a data type (HumanName, UsageContext, ...) its own definition takes over; a backbone element stays in place.
-  const dataType = element?.types.length === 1 && complexTypes.has(element.types[0]!) ? element.types[0] : undefined;
+  const type = element?.types.length === 1 ? element.types[0]! : undefined;
+  const dataType = type !== undefined && type !== 'BackboneElement' && type !== 'Element' && complexTypes.has(type) ? type : undefined;
   return { steps: next, definitionPath: dataType ?? (element ? path : undefined) };
 }
 

@@ -46,7 +46,7 @@ function resolve(definition: SearchParameterDefinition, resourceType: string): S
     if (paths.length === 0) return { code, unsupported: `its expression has no path for ${resourceType}` };
     return { code, type: type as ParameterType, paths, targets: definition.target ?? [] };
   } catch (error) {
-    if (error instanceof UnsupportedExpression) return { code, unsupported: `its expression uses ${error.message}` };
+    if (error instanceof UnsupportedExpression) return { code, unsupported: `its FHIRPath expression is beyond what compiles to SQL (${error.message})` };
     throw error;
   }
 }

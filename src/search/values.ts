@@ -74,10 +74,8 @@ function parseReference(name: string, modifierType: string | undefined, text: st
 
 function splitPrefix(text: string): { prefix: Prefix; rest: string } {
   const candidate = text.slice(0, 2);
-  if (/^[a-z]{2}/.test(candidate)) {
-    if (!prefixes.includes(candidate as Prefix)) throw badRequest(`Unknown or unsupported prefix '${candidate}' in '${text}'`);
-    return { prefix: candidate as Prefix, rest: text.slice(2) };
-  }
+  if (prefixes.includes(candidate as Prefix)) return { prefix: candidate as Prefix, rest: text.slice(2) };
+  if (candidate === 'ap') throw badRequest(`The prefix 'ap' (approximately) is not supported, in '${text}'`);
   return { prefix: 'eq', rest: text };
 }
 
