@@ -115,5 +115,11 @@ describe('FHIR RESTful interactions', () => {
     expect(types).toHaveLength(147);
     expect(types).toEqual(expect.arrayContaining(['Appointment', 'Patient', 'Subscription', 'Bundle']));
     expect(statement.rest[0].interaction).toEqual([{ code: 'transaction' }, { code: 'batch' }]);
+    const byType = (type: string) => statement.rest[0].resource.find((resource: { type: string }) => resource.type === type);
+    expect(byType('Appointment').interaction).toContainEqual({ code: 'search-type' });
+    expect(byType('Appointment').searchParam).toContainEqual({ name: 'status', type: 'token' });
+    expect(byType('Appointment').searchInclude).toContain('Appointment:patient');
+    expect(byType('Patient').searchRevInclude).toContain('Encounter:subject');
+    expect(byType('Patient').searchParam.map((parameter: { name: string }) => parameter.name)).not.toContain('deceased');
   });
 });

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { resourceTypes } from '../../fhir/definitions.ts';
+import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
 import { fhirJson } from '../errors.ts';
 
 export type MetadataRoutesOptions = { serviceBase: string; softwareVersion: string };
@@ -24,13 +25,14 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
         security: { description: 'Every request carries an API key in the x-api-key header.' },
         resource: [...resourceTypes].sort().map((type) => ({
           type,
+          ...searchCapabilities(type),
           versioning: 'versioned-update',
           readHistory: true,
           updateCreate: true,
           conditionalCreate: false,
           conditionalUpdate: false,
           conditionalDelete: 'not-supported',
-          interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create'].map((code) => ({ code })),
+          interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create', 'search-type'].map((code) => ({ code })),
         })),
         interaction: [{ code: 'transaction' }, { code: 'batch' }],
       },
@@ -41,3 +43,21 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     reply.type(fhirJson).send(capabilityStatement),
   );
 };
+
+function supportedParameters(type: string): SearchParameter[] {
+  return [...searchParametersOf(type).values()].filter(isSupported);
+}
+
+/** What a search on `type` accepts: its supported parameters, and the includes that reach or leave it. */
+function searchCapabilities(type: string) {
+  const parameters = supportedParameters(type);
+  return {
+    searchParam: parameters.map(({ code, type: parameterType }) => ({ name: code, type: parameterType })),
+    searchInclude: parameters.filter((parameter) => parameter.type === 'reference').map(({ code }) => `${type}:${code}`),
+    searchRevInclude: [...resourceTypes].sort().flatMap((source) =>
+      supportedParameters(source)
+        .filter((parameter) => parameter.type === 'reference' && parameter.targets.includes(type))
+        .map(({ code }) => `${source}:${code}`),
+    ),
+  };
+}
