@@ -13,7 +13,8 @@ export type StepFilter =
   /** `.where(system='phone')`: an element whose child has this value. */
   | { kind: 'child-equals'; child: string; value: string };
 
-export type PathStep = { name: string; index?: number; filter?: StepFilter };
+/** One element of a path; `types` are its FHIR types when the definitions know them. */
+export type PathStep = { name: string; index?: number; filter?: StepFilter; types?: readonly string[] };
 
 /** One way to reach the parameter's values in a resource's JSON, from the root. */
 export type ElementPath = readonly PathStep[];
@@ -66,7 +67,7 @@ function parseBranch(rest: string, resourceType: string): ElementPath[] {
 function child({ steps, definitionPath }: Reading, name: string): Reading {
   const path = definitionPath === undefined ? undefined : `${definitionPath}.${name}`;
   const element = path === undefined ? undefined : elementTypes.get(path);
-  const next = [...steps, { name }];
+  const next = [...steps, { name, ...(element && !element.choice ? { types: element.types } : {}) }];
   if (element?.choice) return { steps: next, definitionPath: undefined, choiceTypes: element.types };
   // Into a data type (HumanName, UsageContext, ...) its own definition takes over; a backbone element stays in place.
   const type = element?.types.length === 1 ? element.types[0]! : undefined;
@@ -84,7 +85,7 @@ function chooseType(reading: Reading, type: string): Reading {
   const last = reading.steps.at(-1);
   if (!last || !reading.choiceTypes) throw new UnsupportedExpression(`ofType(${type}) on an element that is not a choice`);
   if (!reading.choiceTypes.includes(type)) throw new UnsupportedExpression(`'${last.name}' cannot be of type ${type}`);
-  const steps = [...reading.steps.slice(0, -1), { name: last.name + capitalize(type) }];
+  const steps = [...reading.steps.slice(0, -1), { name: last.name + capitalize(type), types: [type] }];
   return { steps, definitionPath: complexTypes.has(type) ? type : undefined };
 }
 

@@ -18,16 +18,33 @@ export function compileFilters(filters: readonly Filter[]): string | null {
 
 function compileFilter(filter: Filter): string {
   const { parameter, modifier, values } = filter;
-  const accessors = parameter.paths.map(accessor);
   const first = values[0];
   if (first?.kind === 'missing') {
-    const present = anyOf(accessors.map((path) => `exists(${path})`));
+    const present = anyOf(parameter.paths.map((path) => `exists(${accessor(path)})`));
     return first.missing ? `!${present}` : present;
   }
-  const condition = anyOf(values.map((value) => valueCondition(value, modifier)));
-  const found = anyOf(accessors.map((path) => `exists(${path} ? (${condition}))`));
+  const found = anyOf(
+    parameter.paths.map((path) => {
+      // The element's FHIR types, when known, narrow the JSON shapes worth testing.
+      const types = path.at(-1)?.types;
+      const condition = anyOf(values.map((value) => valueCondition(value, modifier, types)));
+      return `exists(${accessor(path)} ? (${condition}))`;
+    }),
+  );
   return modifier === 'not' ? `!${found}` : found;
 }
+
+/** Element types, or undefined when the definitions do not say (any shape may appear). */
+type Types = readonly string[] | undefined;
+
+/** The alternatives whose types the element may have; all of them if none fits (never fewer shapes than the data can have). */
+function forTypes(types: Types, alternatives: [applies: (type: string) => boolean, condition: string][]): string[] {
+  const fitting = types === undefined ? alternatives : alternatives.filter(([applies]) => types.some(applies));
+  return (fitting.length > 0 ? fitting : alternatives).map(([, condition]) => condition);
+}
+
+/** FHIR primitive types are the lower-case ones (code, string, dateTime, ...). */
+const isPrimitive = (type: string) => /^[a-z]/.test(type);
 
 /** `$."participant"."actor" ? (...)`: lax mode walks arrays on its own. */
 export function accessor(path: ElementPath): string {
@@ -45,13 +62,13 @@ function stepAccessor(step: PathStep): string {
   return text;
 }
 
-function valueCondition(value: SearchValue, modifier: Filter['modifier']): string {
+function valueCondition(value: SearchValue, modifier: Filter['modifier'], types: Types): string {
   switch (value.kind) {
     case 'token':
-      return tokenCondition(value);
+      return tokenCondition(value, types);
     case 'text':
       return modifier === undefined || modifier === 'exact' || modifier === 'contains'
-        ? stringCondition(value.text, modifier ?? 'starts-with')
+        ? stringCondition(value.text, modifier ?? 'starts-with', types)
         : tokenTextCondition(value.text);
     case 'reference':
       return referenceCondition(value.type, value.id);
@@ -64,7 +81,7 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier']): strin
     case 'quantity':
       return quantityCondition(value);
     case 'date':
-      return dateCondition(value.prefix, value.low, value.high);
+      return dateCondition(value.prefix, value.low, value.high, types);
     case 'missing':
       throw new Error(':missing is compiled by compileFilter');
   }
@@ -72,18 +89,21 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier']): strin
 
 // --- token -----------------------------------------------------------------
 
-function tokenCondition({ system, code }: { system?: string; code?: string }): string {
+function tokenCondition({ system, code }: { system?: string; code?: string }, types: Types): string {
   const systemTest = (item: string) =>
     system === undefined ? [] : system === '' ? [`!exists(${item}."system")`] : [`${item}."system" == ${literal(system)}`];
   const coding = (item: string) => allOf([...(code === undefined ? [] : [`${item}."code" == ${literal(code)}`]), ...systemTest(item)]);
   const identifier = allOf([...(code === undefined ? [] : [`@."value" == ${literal(code)}`]), ...systemTest('@')]);
-  const alternatives = [coding('@'), `exists(@."coding" ? (${coding('@')}))`, identifier];
-  if (code !== undefined) {
-    // A primitive code, id, string or boolean has no system of its own: the system part is not checked.
-    alternatives.unshift(`@ == ${literal(code)}`);
-    if (code === 'true' || code === 'false') alternatives.unshift(`@ == ${code}`);
-  }
-  return anyOf(alternatives);
+  return anyOf(
+    forTypes(types, [
+      // A primitive code, id, string or boolean has no system of its own: the system part is not checked.
+      ...(code === 'true' || code === 'false' ? [[(type: string) => type === 'boolean', `@ == ${code}`] as [(type: string) => boolean, string]] : []),
+      ...(code === undefined ? [] : [[isPrimitive, `@ == ${literal(code)}`] as [(type: string) => boolean, string]]),
+      [(type) => type === 'Coding', coding('@')],
+      [(type) => type === 'CodeableConcept', `exists(@."coding" ? (${coding('@')}))`],
+      [(type) => type === 'Identifier' || type === 'ContactPoint', identifier],
+    ]),
+  );
 }
 
 /** :text on a token: CodeableConcept.text, a Coding's display, an Identifier's type text; starts-with, folded. */
@@ -97,12 +117,17 @@ function tokenTextCondition(text: string): string {
 /** The parts of a HumanName and of an Address that a string search reads. */
 const stringParts = ['family', 'given', 'prefix', 'suffix', 'text', 'line', 'city', 'district', 'state', 'postalCode', 'country'];
 
-function stringCondition(text: string, mode: 'starts-with' | 'exact' | 'contains'): string {
+function stringCondition(text: string, mode: 'starts-with' | 'exact' | 'contains', types: Types): string {
   const test =
     mode === 'exact'
       ? (item: string) => `${item} == ${literal(text)}`
       : (item: string) => `${item} like_regex ${literal(`${mode === 'starts-with' ? '^' : ''}${foldedPattern(text)}`)}`;
-  return anyOf([`(@.type() == "string" && ${test('@')})`, ...stringParts.map((part) => test(`@.${key(part)}`))]);
+  return anyOf(
+    forTypes(types, [
+      [isPrimitive, `(@.type() == "string" && ${test('@')})`],
+      [(type) => !isPrimitive(type), anyOf(stringParts.map((part) => test(`@.${key(part)}`)))],
+    ]),
+  );
 }
 
 /**
@@ -236,11 +261,20 @@ function prefixCondition(prefix: Prefix, low: string, high: string, bound: Bound
   }
 }
 
-function dateCondition(prefix: Prefix, low: string, high: string): string {
-  const onString = anyOf(dateForms.map((form) => `(${form.guard('@')} && ${prefixCondition(prefix, low, high, form.bound('@'))})`));
+function dateCondition(prefix: Prefix, low: string, high: string, types: Types): string {
+  const onStrings = (forms: readonly DateForm[]) =>
+    anyOf(forms.map((form) => `(${form.guard('@')} && ${prefixCondition(prefix, low, high, form.bound('@'))})`));
   const onPeriod = `(@.type() == "object" && !exists(@."event") && ${prefixCondition(prefix, low, high, periodBound())})`;
-  const onTiming = `exists(@."event" ? (${onString}))`;
-  return `((@.type() == "string" && ${onString}) || ${onPeriod} || ${onTiming})`;
+  const onTiming = `exists(@."event" ? (${onStrings(dateForms)}))`;
+  return anyOf(
+    forTypes(types, [
+      [(type) => type === 'date', `(@.type() == "string" && ${onStrings(partialDateForms)})`],
+      [(type) => type === 'instant', `(@.type() == "string" && ${onStrings(timeForms)})`],
+      [(type) => type === 'dateTime', `(@.type() == "string" && ${onStrings(dateForms)})`],
+      [(type) => type === 'Period', onPeriod],
+      [(type) => type === 'Timing', onTiming],
+    ]),
+  );
 }
 
 function periodBound(): Bound {
@@ -269,13 +303,16 @@ const utcMicros = literal('YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
  * the bound too, an offset time as a timestamptz and the bound too, so no
  * comparison needs a session time zone.
  */
-const dateForms: readonly DateForm[] = [
-  ...[4, 7, 10].map((length) => partialDateForm(length)),
+const partialDateForms: readonly DateForm[] = [4, 7, 10].map((length) => partialDateForm(length));
+
+const timeForms: readonly DateForm[] = [
   timeForm(`^${time}Z$`, (item) => `${item}.datetime(${utcSeconds})`, 'second', 'utc'),
   timeForm(`^${time}\\.\\d{1,6}Z$`, (item) => `${item}.datetime(${utcMicros})`, 'microsecond', 'utc'),
   timeForm(`^${time}[+-]\\d{2}:\\d{2}$`, (item) => `${item}.datetime()`, 'second', 'offset'),
   timeForm(`^${time}\\.\\d{1,6}[+-]\\d{2}:\\d{2}$`, (item) => `${item}.datetime()`, 'microsecond', 'offset'),
 ];
+
+const dateForms: readonly DateForm[] = [...partialDateForms, ...timeForms];
 
 /** YYYY (4), YYYY-MM (7), YYYY-MM-DD (10): [start of the period, start of the next). */
 function partialDateForm(length: number): DateForm {
