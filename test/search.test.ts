@@ -148,6 +148,17 @@ describe('REST search', () => {
     expect(response.json().issue[0].details.text).toMatch(message);
   });
 
+  it('under Prefer: handling=lenient, leaves out unusable parameters and says so', async () => {
+    const response = await t.fhir('GET', '/Patient?nonsense=1&active=true', undefined, { prefer: 'handling=lenient' });
+    expect(response.statusCode).toBe(200);
+    const bundle = response.json();
+    expect(keys(bundle.entry, 'match')).toEqual(['Patient/anna']);
+    const outcome = bundle.entry.find((entry: Entry) => entry.search.mode === 'outcome').resource;
+    expect(outcome.issue).toEqual([
+      { severity: 'warning', code: 'not-supported', details: { text: "nonsense: Unknown search parameter 'nonsense' for Patient" } },
+    ]);
+  });
+
   it('never matches deleted resources', async () => {
     await t.fhir('PUT', '/Patient/gone', { resourceType: 'Patient', id: 'gone', active: true });
     await t.fhir('DELETE', '/Patient/gone');

@@ -29,6 +29,8 @@ export type SortOrder = { by: '_lastUpdated' | '_id'; descending: boolean };
 
 export type SearchQuery = {
   resourceType: string;
+  /** Parameters left out under `Prefer: handling=lenient`, with why. */
+  ignored: string[];
   filters: Filter[];
   include: Include[];
   revinclude: Include[];
@@ -61,16 +63,29 @@ export function parseCriteriaString(criteria: string): SearchQuery {
   return parseSearchQuery(resourceType, query);
 }
 
-/** Parses a raw (still percent-encoded) query string for a search on `resourceType`. */
-export function parseSearchQuery(resourceType: string, rawQuery: string): SearchQuery {
+/**
+ * Parses a raw (still percent-encoded) query string for a search on
+ * `resourceType`. With `lenient` (FHIR's `Prefer: handling=lenient`), a filter
+ * parameter that cannot be used is left out and listed in `ignored` instead
+ * of refusing the search.
+ */
+export function parseSearchQuery(resourceType: string, rawQuery: string, { lenient = false } = {}): SearchQuery {
   if (!isResourceType(resourceType)) throw badRequest(`'${resourceType}' is not an R4 resource type`);
-  const search: SearchQuery = { resourceType, filters: [], include: [], revinclude: [] };
+  const search: SearchQuery = { resourceType, ignored: [], filters: [], include: [], revinclude: [] };
   for (const [key, value] of splitQuery(rawQuery)) {
     const colon = key.indexOf(':');
     const name = colon === -1 ? key : key.slice(0, colon);
     const modifier = colon === -1 ? undefined : key.slice(colon + 1);
-    if (resultParameters.has(name)) applyResultParameter(search, name, modifier, value);
-    else search.filters.push(parseFilter(resourceType, name, modifier, value));
+    if (resultParameters.has(name)) {
+      applyResultParameter(search, name, modifier, value);
+      continue;
+    }
+    try {
+      search.filters.push(parseFilter(resourceType, name, modifier, value));
+    } catch (error) {
+      if (!lenient || !(error instanceof FhirError)) throw error;
+      search.ignored.push(`${key}: ${error.message}`);
+    }
   }
   return search;
 }

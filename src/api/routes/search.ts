@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { FastifyPluginAsync, FastifyReply } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Db } from '../../db/database.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import { parseSearchQuery } from '../../search/query.ts';
@@ -17,14 +17,16 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
   // The query is read raw: FHIR values keep '+' (time zones) and their own escapes.
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) => done(null, body));
 
-  const search = async (type: string, rawQuery: string, reply: FastifyReply) => {
+  const search = async (request: FastifyRequest, type: string, rawQuery: string, reply: FastifyReply) => {
     assertResourceType(type);
-    const page = await searchResources(db, parseSearchQuery(type, rawQuery));
-    return reply.type(fhirJson).send(searchsetBundle(page, `${serviceBase}/${type}`, rawQuery, serviceBase));
+    const lenient = /(^|[;,\s])handling=lenient\b/.test(String(request.headers.prefer ?? ''));
+    const query = parseSearchQuery(type, rawQuery, { lenient });
+    const page = await searchResources(db, query);
+    return reply.type(fhirJson).send(searchsetBundle(page, query.ignored, `${serviceBase}/${type}`, rawQuery, serviceBase));
   };
 
   app.get<{ Params: { type: string } }>('/:type', { schema: { summary: 'Search resources of a type' } }, async (request, reply) =>
-    search(request.params.type, rawQueryOf(request.url), reply),
+    search(request, request.params.type, rawQueryOf(request.url), reply),
   );
 
   app.post<{ Params: { type: string }; Body: string | undefined }>(
@@ -32,7 +34,7 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
     { schema: { summary: 'Search resources of a type, parameters in a form-encoded body' } },
     async (request, reply) => {
       const parts = [rawQueryOf(request.url), typeof request.body === 'string' ? request.body : ''].filter((part) => part !== '');
-      return search(request.params.type, parts.join('&'), reply);
+      return search(request, request.params.type, parts.join('&'), reply);
     },
   );
 };
@@ -42,7 +44,7 @@ function rawQueryOf(url: string): string {
   return questionMark === -1 ? '' : url.slice(questionMark + 1);
 }
 
-function searchsetBundle(page: SearchPage, searchUrl: string, rawQuery: string, serviceBase: string) {
+function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string, rawQuery: string, serviceBase: string) {
   const withoutToken = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
   const url = (pairs: string[]) => (pairs.length === 0 ? searchUrl : `${searchUrl}?${pairs.join('&')}`);
   const entry = (mode: 'match' | 'include') => (resource: FhirResource) => ({
@@ -61,6 +63,13 @@ function searchsetBundle(page: SearchPage, searchUrl: string, rawQuery: string, 
         ? []
         : [{ relation: 'next', url: url([...withoutToken, `_page_token=${encodeURIComponent(page.nextPageToken)}`]) }]),
     ],
-    entry: [...page.matches.map(entry('match')), ...page.included.map(entry('include'))],
+    entry: [
+      ...page.matches.map(entry('match')),
+      ...page.included.map(entry('include')),
+      // Under Prefer: handling=lenient, what was left out of the search, as FHIR's search.mode "outcome".
+      ...(ignored.length === 0
+        ? []
+        : [{ resource: { resourceType: 'OperationOutcome', issue: ignored.map((text) => ({ severity: 'warning', code: 'not-supported', details: { text } })) }, search: { mode: 'outcome' } }]),
+    ],
   };
 }
