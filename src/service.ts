@@ -2,9 +2,10 @@ import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
 import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
-import type { Config } from './config/index.ts';
+import { ConfigError, type Config } from './config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './db/database.ts';
 import { applyMigrations } from './db/migrations.ts';
+import { readOrCreateKeyFile } from './subscriptions/secrets.ts';
 
 /** Something started that must be stopped, newest first, when the service stops. */
 type Closer = () => Promise<unknown>;
@@ -49,7 +50,13 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
   const closers: Closer[] = [() => database.close()];
   try {
     await ensureApiKey(database, config);
-    const app: FastifyInstance = await buildApp({ database, baseUrl: config.baseUrl, logger });
+    const app: FastifyInstance = await buildApp({
+      database,
+      baseUrl: config.baseUrl,
+      webhookNamingSystem: config.webhookNamingSystem,
+      secretsEncryptionKey: await secretsEncryptionKey(config),
+      logger,
+    });
     closers.push(() => app.close());
     const address = await app.listen({ port: config.port, host: config.host });
     return { address, close: () => closeAll(closers) };
@@ -57,6 +64,20 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
     await closeAll(closers);
     throw error;
   }
+}
+
+/**
+ * SECRETS_ENCRYPTION_KEY, or with the embedded default a key made once and
+ * kept beside the embedded data. A shared database without a key is refused:
+ * a key made up per process would leave the stored secrets unreadable.
+ */
+async function secretsEncryptionKey(config: Config): Promise<Buffer> {
+  if (config.secretsEncryptionKey) return config.secretsEncryptionKey;
+  if (config.databaseUrl === undefined) return readOrCreateKeyFile(config.embeddedDataDir);
+  throw new ConfigError(
+    'SECRETS_ENCRYPTION_KEY is required with DATABASE_URL (it encrypts subscription headers at rest). ' +
+      'Make one with: openssl rand -base64 32   (or: node -e "console.log(crypto.randomBytes(32).toString(\'base64\'))")',
+  );
 }
 
 /**

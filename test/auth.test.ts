@@ -74,7 +74,7 @@ describe('x-api-key authentication', () => {
     const lines: string[] = [];
     const logger = pino({ level: 'trace' }, { write: (line: string) => void lines.push(line) });
     const { buildApp } = await import('../src/api/app.ts');
-    const app = await buildApp({ database: t.database, baseUrl: 'http://fhir.test', logger });
+    const app = await buildApp({ database: t.database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32), logger });
     await app.inject({ method: 'GET', url: '/fhir/resources/metadata', headers: { 'x-api-key': t.apiKey } });
     await app.close();
     expect(lines.length).toBeGreaterThan(0);

@@ -12,6 +12,8 @@ describe('configuration from the environment', () => {
       migrateOnStart: true,
       logLevel: 'info',
       embeddedDataDir: '.data',
+      webhookNamingSystem: 'webhook',
+      secretsEncryptionKey: undefined,
     });
   });
 
@@ -29,6 +31,9 @@ describe('configuration from the environment', () => {
     ['MIGRATE_ON_START', 'maybe'],
     ['LOG_LEVEL', 'loud'],
     ['BOOTSTRAP_API_KEY', 'short'],
+    ['SECRETS_ENCRYPTION_KEY', 'c2hvcnQ='],
+    ['SECRETS_ENCRYPTION_KEY', 'not base64!'],
+    ['WEBHOOK_NAMING_SYSTEM', 'a/b'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}: `));

@@ -4,6 +4,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
 import packageJson from '../../package.json' with { type: 'json' };
 import type { DatabaseHandle } from '../db/database.ts';
+import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers } from './errors.ts';
 import { bundleRoutes } from './routes/bundles.ts';
@@ -11,11 +12,16 @@ import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
 import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
+import { subscriptionRoutes } from './routes/subscriptions.ts';
 
 export type AppOptions = {
   database: DatabaseHandle;
   /** Public base URL of the service, without a trailing slash. */
   baseUrl: string;
+  /** Last path segment of the subscription identifier tag's system. */
+  webhookNamingSystem: string;
+  /** AES-256 key for the subscriptions' headers and signing secrets. */
+  secretsEncryptionKey: Buffer;
   logger: FastifyBaseLogger;
 };
 
@@ -24,7 +30,7 @@ const bodyLimit = 10 * 1024 * 1024;
 
 export const fhirBasePath = '/fhir/resources';
 
-export async function buildApp({ database, baseUrl, logger }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp({ database, baseUrl, webhookNamingSystem, secretsEncryptionKey, logger }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({ loggerInstance: logger, bodyLimit });
   app.setValidatorCompiler(validatorCompiler);
   app.addContentTypeParser('application/fhir+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
@@ -43,13 +49,15 @@ export async function buildApp({ database, baseUrl, logger }: AppOptions): Promi
   await app.register(healthRoutes, { pool: database.pool });
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
+  const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem };
   await app.register(
     async (fhir) => {
       requireApiKey(fhir, database.db);
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });
-      await fhir.register(bundleRoutes, { db: database.db, serviceBase });
+      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions });
+      await fhir.register(bundleRoutes, { db: database.db, serviceBase, subscriptions });
       await fhir.register(searchRoutes, { db: database.db, serviceBase });
       await fhir.register(resourceRoutes, { db: database.db, serviceBase });
     },

@@ -14,6 +14,15 @@ const environmentSchema = z.object({
   MIGRATE_ON_START: booleanFlag.default(true),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EMBEDDED_DATA_DIR: z.string().min(1).default('.data'),
+  WEBHOOK_NAMING_SYSTEM: z
+    .string()
+    .regex(/^[A-Za-z0-9._-]+$/, 'expected one URL path segment (letters, digits, . _ -)')
+    .default('webhook'),
+  SECRETS_ENCRYPTION_KEY: z
+    .base64({ error: 'expected base64 (make one with: openssl rand -base64 32)' })
+    .transform((text) => Buffer.from(text, 'base64'))
+    .refine((key) => key.length === 32, 'expected 32 bytes, base64-encoded (make one with: openssl rand -base64 32)')
+    .optional(),
 });
 
 export type Config = Readonly<{
@@ -27,6 +36,10 @@ export type Config = Readonly<{
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
   /** Where the embedded PostgreSQL keeps its data when DATABASE_URL is unset. */
   embeddedDataDir: string;
+  /** Last path segment of the system of the subscription identifier tag. */
+  webhookNamingSystem: string;
+  /** AES-256 key for subscription headers; the embedded default makes and keeps one when unset. */
+  secretsEncryptionKey: Buffer | undefined;
 }>;
 
 export class ConfigError extends Error {
@@ -52,5 +65,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     migrateOnStart: env.MIGRATE_ON_START,
     logLevel: env.LOG_LEVEL,
     embeddedDataDir: env.EMBEDDED_DATA_DIR,
+    webhookNamingSystem: env.WEBHOOK_NAMING_SYSTEM,
+    secretsEncryptionKey: env.SECRETS_ENCRYPTION_KEY,
   };
 }

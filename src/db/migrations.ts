@@ -1,13 +1,19 @@
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
+import { Logger, runMigrations as runGraphileWorkerMigrations } from 'graphile-worker';
 import { runner } from 'node-pg-migrate';
 import type pg from 'pg';
 
 const migrationsDir = path.resolve(import.meta.dirname, '../../db/migrations');
 const migrationsTable = 'pgmigrations';
 
-/** Applies every pending migration in db/migrations. Safe to run from several processes at once (advisory lock). */
+/**
+ * Installs or upgrades graphile-worker's schema (our triggers and transactions
+ * enqueue jobs with its SQL functions), then applies every pending migration
+ * in db/migrations. Safe to run from several processes at once (both lock).
+ */
 export async function applyMigrations(pool: pg.Pool, log: (message: string) => void = () => undefined): Promise<string[]> {
+  await runGraphileWorkerMigrations({ pgPool: pool, logger: new Logger(() => (_level, message) => log(message)) });
   const client = await pool.connect();
   try {
     const applied = await runner({

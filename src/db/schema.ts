@@ -31,9 +31,37 @@ export interface ApiKeysTable {
   revoked_at: Date | null;
 }
 
+export type SubscriptionStatus = 'requested' | 'active' | 'error' | 'off';
+
+export interface SubscriptionsTable {
+  id: Generated<string>;
+  identifier: Generated<string>;
+  status: SubscriptionStatus;
+  criteria: string;
+  resource_type: string;
+  /** A CompiledCriteria (src/search/criteria.ts); written as JSON text. */
+  compiled_criteria: ColumnType<unknown, string, string>;
+  match: string | null;
+  match_deleted: string | null;
+  endpoint: string;
+  payload: string | null;
+  headers_encrypted: Buffer;
+  signing_secret_encrypted: Buffer;
+  secret_is_generated: boolean;
+  reason: string;
+  contact_emails: string[];
+  error: string | null;
+  ended_at: Date | null;
+  failure_count: Generated<number>;
+  version_id: Generated<number>;
+  last_updated: Generated<Date>;
+  created_at: Generated<Date>;
+}
+
 /** The tables the service reads and writes, for Kysely. */
 export interface Database {
   'fhir.resources': ResourcesTable;
   'fhir.resource_history': ResourceHistoryTable;
   'webhook.api_keys': ApiKeysTable;
+  'webhook.subscriptions': SubscriptionsTable;
 }

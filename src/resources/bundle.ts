@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { FhirError, badRequest, type OperationOutcome } from '../fhir/outcome.ts';
+import { readSubscription, submitSubscription, subscriptionsAreImmutable, type SubscriptionContext } from '../subscriptions/store.ts';
 import {
   assertResourceBody,
   assertResourceId,
@@ -61,9 +62,14 @@ type Target = { type: string; id?: string };
 /** A `urn:uuid:` fullUrl of the Bundle and the resource it stands for. */
 type UrnTarget = { urn: string; type: string; id: string };
 
-export async function processBundle(db: Db, bundle: ProcessableBundle, serviceBase: string): Promise<FhirResource> {
+export async function processBundle(
+  db: Db,
+  bundle: ProcessableBundle,
+  serviceBase: string,
+  subscriptions: SubscriptionContext,
+): Promise<FhirResource> {
   const urnTargets = assignUrnIds(bundle.entry);
-  const context = { serviceBase, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
+  const context = { serviceBase, subscriptions, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
 
   if (bundle.type === 'transaction') {
     const responses = await db.transaction().execute(async (transaction) => {
@@ -104,7 +110,8 @@ function assignUrnIds(entries: unknown[]): Map<number, UrnTarget> {
     if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) return;
     const { request, fullUrl } = parsed.data;
     const target = parseTarget(request.url);
-    if (!target) return;
+    // Subscriptions are not resources others refer to, and get their ids from their own table.
+    if (!target || target.type === 'Subscription') return;
     if (request.method === 'POST') assigned.set(index, { urn: fullUrl, type: target.type, id: randomUUID() });
     else if (request.method === 'PUT' && target.id) assigned.set(index, { urn: fullUrl, type: target.type, id: target.id });
   });
@@ -128,15 +135,18 @@ function referenceRewriter(urnTargets: Map<number, UrnTarget>): (value: unknown)
 
 type EntryContext = {
   serviceBase: string;
+  subscriptions: SubscriptionContext;
   urnTargets: Map<number, UrnTarget>;
   rewriteReferences: (value: unknown) => unknown;
 };
 
-async function executeEntry(db: Db, raw: unknown, index: number, { serviceBase, urnTargets, rewriteReferences }: EntryContext): Promise<EntryResponse> {
+async function executeEntry(db: Db, raw: unknown, index: number, context: EntryContext): Promise<EntryResponse> {
+  const { serviceBase, urnTargets, rewriteReferences } = context;
   const parsed = parseEntry(raw);
   const entry = { ...parsed, resource: rewriteReferences(parsed.resource) };
   const target = parseTarget(entry.request.url);
   if (!target) throw badRequest(`request.url '${entry.request.url}' is not of the form Type or Type/id (conditional and search URLs are not supported)`, 'not-supported');
+  if (target.type === 'Subscription') return executeSubscriptionEntry(db, entry, target, context);
   assertResourceType(target.type);
   if (target.id !== undefined) assertResourceId(target.id);
   const ifMatch = entry.request.ifMatch === undefined ? undefined : parseIfMatch(entry.request.ifMatch);
@@ -163,6 +173,26 @@ async function executeEntry(db: Db, raw: unknown, index: number, { serviceBase, 
       return written(await readResource(db, target.type, id), '200 OK', serviceBase);
     }
   }
+}
+
+/** Subscription entries: POST creates or switches off (in the Bundle's transaction, in array order), GET reads. */
+async function executeSubscriptionEntry(db: Db, entry: Entry, target: Target, { serviceBase, subscriptions }: EntryContext): Promise<EntryResponse> {
+  if (entry.request.method === 'POST' && target.id === undefined) {
+    const { created, resource } = await submitSubscription(db, subscriptions, entry.resource);
+    return subscriptionResponse(resource, created ? '201 Created' : '200 OK', serviceBase);
+  }
+  if (entry.request.method === 'GET' && target.id !== undefined) {
+    return subscriptionResponse(await readSubscription(db, subscriptions, target.id), '200 OK', serviceBase);
+  }
+  throw new FhirError(405, 'not-supported', subscriptionsAreImmutable);
+}
+
+function subscriptionResponse(resource: FhirResource, status: string, serviceBase: string): EntryResponse {
+  const meta = resource.meta as { versionId: string; lastUpdated: string };
+  return {
+    resource,
+    response: { status, location: `${serviceBase}/Subscription/${resource.id}`, etag: `W/"${meta.versionId}"`, lastModified: meta.lastUpdated },
+  };
 }
 
 function parseEntry(raw: unknown): Entry {

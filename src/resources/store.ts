@@ -25,9 +25,12 @@ export type WriteResult = StoredVersion & { created: boolean };
 
 export type HistoryEntry = StoredVersion & { deleted: boolean };
 
-/** Checks a resource type taken from a URL. */
+/** Checks a resource type taken from a URL: an R4 type that this store holds. */
 export function assertResourceType(type: string): void {
   if (!isResourceType(type)) throw notFound(`Unknown resource type '${type}': not a FHIR R4 resource type`);
+  if (type === 'Subscription') {
+    throw new FhirError(405, 'not-supported', 'Subscriptions live at /Subscription only: POST to create or switch off, GET to search or read');
+  }
 }
 
 /** Checks a logical id taken from a URL. */

@@ -90,7 +90,8 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
   return search;
 }
 
-function splitQuery(rawQuery: string): [string, string][] {
+/** `a=1&b=2` → [['a', '1'], ['b', '2']], each part percent-decoded once ('+' stays a plus). */
+export function splitQuery(rawQuery: string): [string, string][] {
   return rawQuery
     .split('&')
     .filter((pair) => pair !== '')

@@ -6,6 +6,8 @@ import { createTestDatabase, type TestDatabase } from './database.ts';
 
 export const baseUrl = 'http://fhir.test';
 export const serviceBase = `${baseUrl}/fhir/resources`;
+/** A fixed key, so tests can decrypt what the service stored. */
+export const testSecretsKey = Buffer.alloc(32, 7);
 
 export type TestApp = {
   app: FastifyInstance;
@@ -19,7 +21,7 @@ export type TestApp = {
 /** The API on its own test database, driven with Fastify's inject (no socket needed). */
 export async function startTestApp(): Promise<TestApp> {
   const database = await createTestDatabase();
-  const app = await buildApp({ database, baseUrl, logger: pino({ level: 'silent' }) });
+  const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }) });
   const { key: apiKey } = await createApiKey(database.db, 'test');
   return {
     app,

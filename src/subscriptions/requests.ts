@@ -1,0 +1,128 @@
+import { z } from 'zod';
+import { isResourceType } from '../fhir/definitions.ts';
+import { FhirError } from '../fhir/outcome.ts';
+import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
+
+/**
+ * What a POST of a Subscription asks for, validated. Refusals use the spec's
+ * format: 400, code `exception`, details.text `ValidationError: ['<message>']`.
+ */
+export type SubscriptionRequest =
+  | { status: 'off'; criteria: string }
+  | {
+      status: 'requested';
+      criteria: string;
+      compiled: CompiledCriteria;
+      reason: string;
+      endpoint: string;
+      payload: string | undefined;
+      /** channel.header as sent, each `Name: value`. */
+      headers: string[];
+      /** The value of the `secret` header, when the client sent one. */
+      clientSecret: string | undefined;
+      contactEmails: string[];
+    };
+
+export function refusal(message: string): FhirError {
+  return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
+}
+
+/** `Name: value`, split on the first colon only: values may contain colons. */
+const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/;
+/** Headers the service sets itself; a client value would break signature checks. */
+const forbiddenHeaders = new Set(['content-type', 'x-hub-signature']);
+const acceptedPayloads = new Set(['application/fhir+json', 'application/json']);
+
+const required = (name: string) => ({ error: (issue: { input: unknown }) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) });
+
+const header = z.string({ error: 'channel.header items must be strings of the form "Name: value"' }).superRefine((value, context) => {
+  const match = headerPattern.exec(value);
+  if (!match) {
+    context.addIssue({ code: 'custom', message: `channel.header "${value.split(':')[0]}" is not of the form "Name: value"` });
+  } else if (forbiddenHeaders.has(match[1]!.toLowerCase())) {
+    context.addIssue({ code: 'custom', message: `channel.header must not set ${match[1]}: the service sets it, and a client value would break signature checks` });
+  }
+});
+
+const contact = z.object(
+  {
+    system: z.string(required('contact.system')).refine((system) => system === 'email', 'Only contact system=email are supported.'),
+    value: z.string(required('contact.value')),
+  },
+  { error: 'contact items must be objects with system and value' },
+).superRefine(({ system, value }, context) => {
+  if (system === 'email' && !z.email().safeParse(value).success) {
+    context.addIssue({ code: 'custom', message: `The contact email "${value}" is invalid.` });
+  }
+});
+
+const createSchema = z.object({
+  criteria: z.string(required('criteria')).min(1, 'criteria is required'),
+  reason: z.string(required('reason')).min(1, 'reason is required'),
+  channel: z.object(
+    {
+      type: z.string(required('channel.type')).refine((type) => type === 'rest-hook', 'Only channel=rest-hook subscriptions are supported'),
+      endpoint: z.string(required('channel.endpoint')).refine(isHttpUrl, 'channel.endpoint must be an absolute http or https URL'),
+      payload: z.string().refine((payload) => acceptedPayloads.has(payload), 'channel.payload must be application/fhir+json').optional(),
+      header: z.array(header, { error: 'channel.header must be an array of strings' }).optional(),
+    },
+    { error: 'channel is required' },
+  ),
+  contact: z.array(contact, { error: 'contact must be an array' }).optional(),
+});
+
+function isHttpUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+export function parseSubscriptionRequest(body: unknown): SubscriptionRequest {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw refusal('The body must be a Subscription resource (a JSON object)');
+  const resource = body as Record<string, unknown>;
+  if (resource.resourceType !== 'Subscription') {
+    throw refusal(resource.resourceType === undefined ? 'resourceType is required' : 'resourceType must be Subscription');
+  }
+  if (resource.status === undefined) throw refusal('status is required');
+  if (typeof resource.criteria !== 'string' || resource.criteria === '') throw refusal('criteria is required');
+  const criteria = resource.criteria;
+
+  if (resource.status === 'off') return { status: 'off', criteria };
+  if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
+
+  const parsed = createSchema.safeParse(resource);
+  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
+  const { reason, channel, contact: contacts = [] } = parsed.data;
+
+  const resourceType = criteria.split('?')[0]!;
+  if (!isResourceType(resourceType)) throw refusal(`criteria=${criteria} is not a valid FHIR resource`);
+  const compiled = compileOrRefuse(criteria);
+
+  const headers = channel.header ?? [];
+  const secrets = headers.map((item) => headerPattern.exec(item)!).filter((match) => match[1]!.toLowerCase() === 'secret');
+  if (secrets.length > 1) throw refusal('channel.header has more than one secret header');
+
+  return {
+    status: 'requested',
+    criteria,
+    compiled,
+    reason,
+    endpoint: channel.endpoint,
+    payload: channel.payload,
+    headers,
+    clientSecret: secrets[0]?.[2],
+    contactEmails: contacts.map((item) => item.value),
+  };
+}
+
+function compileOrRefuse(criteria: string): CompiledCriteria {
+  try {
+    return compileCriteria(criteria);
+  } catch (error) {
+    if (error instanceof FhirError) throw refusal(`criteria=${criteria}: ${error.message}`);
+    throw error;
+  }
+}

@@ -1,0 +1,215 @@
+import { randomBytes } from 'node:crypto';
+import { sql, type Selectable } from 'kysely';
+import pg from 'pg';
+import type { Db } from '../db/database.ts';
+import type { FhirResource, SubscriptionStatus, SubscriptionsTable } from '../db/schema.ts';
+import { notFound } from '../fhir/outcome.ts';
+import { splitQuery } from '../search/query.ts';
+import { parseSubscriptionRequest, refusal, type SubscriptionRequest } from './requests.ts';
+import type { SecretBox } from './secrets.ts';
+
+/** What rendering and storing a subscription needs besides the database. */
+export type SubscriptionContext = {
+  box: SecretBox;
+  /** Public base URL, without a trailing slash. */
+  baseUrl: string;
+  /** Last path segment of the identifier tag's system. */
+  namingSystem: string;
+};
+
+export const subscriptionsAreImmutable =
+  'Subscriptions cannot be updated or deleted: switch it off (POST with status off and the same criteria) and create a new one';
+
+/** The graphile-worker task that verifies a new subscription's endpoint (the dispatcher implements it). */
+export const handshakeTask = 'subscription_handshake';
+
+type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_at_text: string | null; created_at_text: string };
+
+/**
+ * POST /Subscription: creates a subscription (status requested) and enqueues
+ * its handshake in the same transaction, or switches off the live one with
+ * the same criteria (status off). `created` tells which.
+ */
+export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown): Promise<{ created: boolean; resource: FhirResource }> {
+  const request = parseSubscriptionRequest(body);
+  if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request.criteria), context, 'stored') };
+  const row = await inTransaction(db, (transaction) => create(transaction, context, request));
+  return { created: true, resource: render(row, context, { echoReason: request.reason }) };
+}
+
+export async function readSubscription(db: Db, context: SubscriptionContext, id: string): Promise<FhirResource> {
+  const row = isUuid(id) ? await selectRows(db).where('id', '=', id).executeTakeFirst() : undefined;
+  if (!row) throw notFound(`Subscription/${id} is not known`);
+  return render(row, context, 'stored');
+}
+
+export type SubscriptionPage = { resources: FhirResource[]; nextPageToken?: string };
+
+const defaultCount = 20;
+const maxCount = 1000;
+
+/**
+ * GET /Subscription: `_count`, `_page_token`, `_tag` (`system|identifier`),
+ * `criteria` (the exact criteria string), `url` (the exact endpoint) and
+ * `status`, in creation order, keyset-paged.
+ */
+export async function searchSubscriptions(db: Db, context: SubscriptionContext, rawQuery: string): Promise<SubscriptionPage> {
+  let query = selectRows(db);
+  let count = defaultCount;
+  for (const [name, value] of splitQuery(rawQuery)) {
+    switch (name) {
+      case '_count':
+        if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxCount) throw refusal(`_count must be an integer from 1 to ${maxCount}`);
+        count = Number(value);
+        break;
+      case '_page_token': {
+        const [createdAt, id] = decodePageToken(value);
+        query = query.where(sql<boolean>`(created_at, id) > (${createdAt}::timestamptz, ${id}::uuid)`);
+        break;
+      }
+      case '_tag': {
+        const [system, code] = value.split('|');
+        if (system !== tagSystem(context) || code === undefined || !isUuid(code)) return { resources: [] };
+        query = query.where('identifier', '=', code);
+        break;
+      }
+      case 'criteria':
+        query = query.where('criteria', '=', value);
+        break;
+      case 'url':
+        query = query.where('endpoint', '=', value);
+        break;
+      case 'status': {
+        const statuses = value.split(',');
+        if (!statuses.every(isStatus)) throw refusal('status must be requested, active, error or off');
+        query = query.where('status', 'in', statuses);
+        break;
+      }
+      default:
+        throw refusal(`Unknown search parameter '${name}' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)`);
+    }
+  }
+  const rows = await query.orderBy('created_at').orderBy('id').limit(count + 1).execute();
+  const page = rows.slice(0, count);
+  const last = page.at(-1);
+  return {
+    resources: page.map((row) => render(row, context, 'stored')),
+    ...(rows.length > count && last ? { nextPageToken: encodePageToken(last.created_at_text, last.id) } : {}),
+  };
+}
+
+async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>): Promise<Row> {
+  const signingSecret = request.clientSecret ?? randomBytes(32).toString('base64url');
+  const { id } = await db
+    .insertInto('webhook.subscriptions')
+    .values({
+      status: 'requested',
+      criteria: request.criteria,
+      resource_type: request.compiled.resourceType,
+      compiled_criteria: JSON.stringify(request.compiled),
+      match: request.compiled.match,
+      match_deleted: request.compiled.matchDeleted,
+      endpoint: request.endpoint,
+      payload: request.payload ?? null,
+      headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
+      signing_secret_encrypted: context.box.seal(signingSecret),
+      secret_is_generated: request.clientSecret === undefined,
+      reason: request.reason,
+      contact_emails: request.contactEmails,
+      error: null,
+      ended_at: null,
+    })
+    .returning('id')
+    .executeTakeFirstOrThrow()
+    .catch((error: unknown) => {
+      if (error instanceof pg.DatabaseError && error.constraint === 'subscriptions_one_live_per_criteria') {
+        throw refusal(
+          `A live (requested or active) subscription already exists for criteria=${request.criteria} (constraint subscriptions_one_live_per_criteria): switch it off first`,
+        );
+      }
+      throw error;
+    });
+  // In the creating transaction: the handshake is enqueued if and only if the subscription commits.
+  await sql`SELECT graphile_worker.add_job(${handshakeTask}, json_build_object('subscriptionId', ${id}::text), job_key => ${`handshake:${id}`})`.execute(db);
+  return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+async function switchOff(db: Db, criteria: string): Promise<Row> {
+  const switched = await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
+    .where('criteria', '=', criteria)
+    .where('status', 'in', ['requested', 'active'])
+    .returning('id')
+    .executeTakeFirst();
+  if (!switched) throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
+  return selectRows(db).where('id', '=', switched.id).executeTakeFirstOrThrow();
+}
+
+function selectRows(db: Db) {
+  return db
+    .selectFrom('webhook.subscriptions')
+    .selectAll()
+    .select([
+      sql<string>`fhir.format_instant(last_updated)`.as('last_updated_text'),
+      sql<string | null>`fhir.format_instant(ended_at)`.as('ended_at_text'),
+      sql<string>`fhir.format_instant(created_at)`.as('created_at_text'),
+    ]);
+}
+
+/**
+ * The stored subscription as a FHIR Subscription. Reads show `reason` as "-"
+ * (the spec's rule); the create response echoes what was sent. The headers
+ * are the client's own, its `secret` included; a generated secret is never shown.
+ */
+function render(row: Row, context: SubscriptionContext, reason: 'stored' | { echoReason: string }): FhirResource {
+  const headers = JSON.parse(context.box.open(row.headers_encrypted)) as string[];
+  return {
+    resourceType: 'Subscription',
+    id: row.id,
+    meta: { versionId: String(row.version_id), lastUpdated: row.last_updated_text, tag: [{ system: tagSystem(context), code: row.identifier }] },
+    status: row.status,
+    ...(row.contact_emails.length === 0 ? {} : { contact: row.contact_emails.map((value) => ({ system: 'email', value })) }),
+    ...(row.ended_at_text === null ? {} : { end: row.ended_at_text }),
+    reason: reason === 'stored' ? '-' : reason.echoReason,
+    criteria: row.criteria,
+    ...(row.error === null ? {} : { error: row.error }),
+    channel: {
+      type: 'rest-hook',
+      endpoint: row.endpoint,
+      ...(row.payload === null ? {} : { payload: row.payload }),
+      ...(headers.length === 0 ? {} : { header: headers }),
+    },
+  };
+}
+
+function tagSystem(context: SubscriptionContext): string {
+  return `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
+}
+
+async function inTransaction<T>(db: Db, work: (transaction: Db) => Promise<T>): Promise<T> {
+  return db.isTransaction ? work(db) : db.transaction().execute(work);
+}
+
+function isUuid(text: string): boolean {
+  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
+}
+
+function isStatus(text: string): text is SubscriptionStatus {
+  return text === 'requested' || text === 'active' || text === 'error' || text === 'off';
+}
+
+function encodePageToken(createdAt: string, id: string): string {
+  return Buffer.from(JSON.stringify([createdAt, id])).toString('base64url');
+}
+
+function decodePageToken(token: string): [string, string] {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
+    if (typeof createdAt === 'string' && typeof id === 'string' && isUuid(id)) return [createdAt, id];
+  } catch {
+    // fall through to the refusal
+  }
+  throw refusal('Invalid _page_token: use the next link of the previous page');
+}
+
