@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { FhirError, operationOutcome, type IssueCode, type OperationOutcome } from '../fhir/outcome.ts';
 
@@ -24,23 +24,26 @@ const issueCodeByStatus: Record<number, IssueCode> = {
  * request validation and Fastify's own 4xx errors with their message, and
  * anything else as a 500 whose details stay in the log.
  */
+export function errorOutcome(error: FastifyError, request: FastifyRequest): { status: number; outcome: OperationOutcome } {
+  if (error instanceof FhirError) return { status: error.status, outcome: error.outcome };
+  if (hasZodFastifySchemaValidationErrors(error)) {
+    const problems = error.validation.map((issue) => `${error.validationContext ?? 'request'}${issue.instancePath}: ${issue.message}`);
+    return { status: 400, outcome: operationOutcome('invalid', problems.join('; ')) };
+  }
+  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    const sent = request.headers['content-type'] ?? 'none';
+    return { status: 415, outcome: operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`) };
+  }
+  const status = error.statusCode ?? 500;
+  if (status >= 400 && status < 500) return { status, outcome: operationOutcome(issueCodeByStatus[status] ?? 'invalid', error.message) };
+  request.log.error({ err: error }, 'request failed');
+  return { status: 500, outcome: operationOutcome('exception', 'Internal server error') };
+}
+
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error instanceof FhirError) return sendOutcome(reply, error.status, error.outcome);
-    if (hasZodFastifySchemaValidationErrors(error)) {
-      const problems = error.validation.map((issue) => `${error.validationContext ?? 'request'}${issue.instancePath}: ${issue.message}`);
-      return sendOutcome(reply, 400, operationOutcome('invalid', problems.join('; ')));
-    }
-    if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-      const sent = request.headers['content-type'] ?? 'none';
-      return sendOutcome(reply, 415, operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`));
-    }
-    const status = error.statusCode ?? 500;
-    if (status >= 400 && status < 500) {
-      return sendOutcome(reply, status, operationOutcome(issueCodeByStatus[status] ?? 'invalid', error.message));
-    }
-    request.log.error({ err: error }, 'request failed');
-    return sendOutcome(reply, 500, operationOutcome('exception', 'Internal server error'));
+    const { status, outcome } = errorOutcome(error, request);
+    return sendOutcome(reply, status, outcome);
   });
 
   app.setNotFoundHandler((request, reply) =>

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { isResourceType } from '../fhir/definitions.ts';
-import { FhirError } from '../fhir/outcome.ts';
+import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
 
 /**
@@ -25,6 +25,12 @@ export type SubscriptionRequest =
 
 export function refusal(message: string): FhirError {
   return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
+}
+
+/** Any 400 outcome in the refusal format (a refusal stays as it is). */
+export function asRefusal(outcome: OperationOutcome): OperationOutcome {
+  const text = outcome.issue[0]?.details?.text ?? 'Bad request';
+  return text.startsWith("ValidationError: ['") ? outcome : refusal(text).outcome;
 }
 
 /** `Name: value`, split on the first colon only: values may contain colons. */

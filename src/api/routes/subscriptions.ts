@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyError, FastifyPluginAsync } from 'fastify';
 import type { Db } from '../../db/database.ts';
 import { FhirError } from '../../fhir/outcome.ts';
 import {
@@ -9,12 +9,19 @@ import {
   subscriptionsAreImmutable,
   type SubscriptionContext,
 } from '../../subscriptions/store.ts';
-import { fhirJson } from '../errors.ts';
+import { asRefusal } from '../../subscriptions/requests.ts';
+import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 
 export type SubscriptionRoutesOptions = { db: Db; serviceBase: string; context: SubscriptionContext };
 
 /** The Subscription endpoints of the spec: create or switch off, search, read; no update. */
 export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> = async (app, { db, serviceBase, context }) => {
+  // The spec gives these endpoints their own refusal format: every 400 (malformed JSON included) uses it.
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const { status, outcome } = errorOutcome(error, request);
+    return sendOutcome(reply, status, status === 400 ? asRefusal(outcome) : outcome);
+  });
+
   app.post('/Subscription', { schema: { summary: 'Create a subscription (status requested) or switch one off (status off)' } }, async (request, reply) => {
     const { created, resource } = await submitSubscription(db, context, request.body);
     return reply.code(created ? 201 : 200).type(fhirJson).header('location', `${serviceBase}/Subscription/${resource.id}`).send(resource);
