@@ -46,6 +46,7 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
 
 /** Starts the HTTP API (and, once the dispatcher exists, its workers) on the configured address. */
 export async function startService(config: Config, logger: Logger): Promise<Service> {
+  const secretsKey = await secretsEncryptionKey(config);
   const database = await openDatabase(config, logger);
   const closers: Closer[] = [() => database.close()];
   try {
@@ -54,7 +55,7 @@ export async function startService(config: Config, logger: Logger): Promise<Serv
       database,
       baseUrl: config.baseUrl,
       webhookNamingSystem: config.webhookNamingSystem,
-      secretsEncryptionKey: await secretsEncryptionKey(config),
+      secretsEncryptionKey: secretsKey,
       logger,
     });
     closers.push(() => app.close());
