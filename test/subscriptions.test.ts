@@ -257,10 +257,10 @@ describe('reads and searches', () => {
     let url: string | undefined = '/Subscription?_count=4';
     let created = 0;
     while (url) {
-      const bundle = (await t.fhir('GET', url)).json();
-      seen.push(...bundle.entry.map((entry: { resource: { id: string } }) => entry.resource.id));
+      const bundle: { entry: { resource: { id: string } }[]; link: { relation: string; url: string }[] } = (await t.fhir('GET', url)).json();
+      seen.push(...bundle.entry.map((entry) => entry.resource.id));
       await post(subscription({ criteria: `Encounter?_id=new${created++}` }));
-      url = bundle.link.find((link: { relation: string }) => link.relation === 'next')?.url.replace(serviceBase, '');
+      url = bundle.link.find((link) => link.relation === 'next')?.url.replace(serviceBase, '');
     }
     expect(new Set(seen).size).toBe(seen.length);
     expect(seen.slice(0, 25)).toEqual(existing);

@@ -144,12 +144,16 @@ export function foldedPattern(text: string): string {
     .join('');
 }
 
-/** Lower case without accents: what both sides are compared as. */
+/**
+ * Lower case without accents: what both sides are compared as. Letter by
+ * letter, so that context rules (a word-final Σ lowering to ς) do not apply,
+ * and with ς as σ: both are the same letter.
+ */
 export function fold(text: string): string {
-  return text.normalize('NFD').replace(/[\u0300-\u036f]/g, '').toLowerCase();
+  return [...text.normalize('NFD').replace(/[\u0300-\u036f]/g, '')].map((char) => char.toLowerCase()).join('').replaceAll('ς', 'σ');
 }
 
-/** For each folded letter, every character of the Latin, Greek and Cyrillic blocks that folds to it. */
+/** For each folded letter, every character of the Latin, Greek (Extended included) and Cyrillic blocks that folds to it. */
 const foldsTo: ReadonlyMap<string, Set<string>> = (() => {
   const table = new Map<string, Set<string>>();
   const ranges: [number, number][] = [
@@ -158,6 +162,7 @@ const foldsTo: ReadonlyMap<string, Set<string>> = (() => {
     [0x370, 0x3ff],
     [0x400, 0x4ff],
     [0x1e00, 0x1eff],
+    [0x1f00, 0x1fff],
   ];
   for (const [from, to] of ranges) {
     for (let codePoint = from; codePoint <= to; codePoint++) {
