@@ -9,6 +9,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { connectDatabase } from '../src/db/database.ts';
 import { applyMigrations } from '../src/db/migrations.ts';
 
 const rows = Number(process.argv[2] ?? 20_000);
@@ -44,7 +45,7 @@ async function main(): Promise<void> {
   await admin.query(`CREATE DATABASE ${name}`);
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 1 });
+  const { pool } = connectDatabase(url.toString(), (error) => console.error(error));
   try {
     await applyMigrations(pool);
     await pool.query(`CREATE TABLE plain_resources (LIKE fhir.resources INCLUDING ALL)`);

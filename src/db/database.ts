@@ -13,8 +13,10 @@ export type DatabaseHandle = {
 
 export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void): DatabaseHandle {
   const pool = new pg.Pool({ connectionString, max: 10 });
-  // An idle client that loses its server (restart, failover) must not crash the process.
+  // A client that loses its server (restart, failover) must not crash the process,
+  // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);
+  pool.on('connect', (client) => client.on('error', onIdleError));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     pool,

@@ -29,6 +29,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
       await admin.query(`CREATE DATABASE ${templateDatabase}`);
     });
     const pool = new pg.Pool({ connectionString: databaseUrl(server.adminUrl, templateDatabase) });
+    const report = (error: Error) => console.error(error);
+    pool.on('error', report);
+    pool.on('connect', (client) => client.on('error', report));
     await applyMigrations(pool).finally(() => pool.end());
   } catch (error) {
     await server.stop();
