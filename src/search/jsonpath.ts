@@ -27,7 +27,7 @@ function compileFilter(filter: Filter): string {
     parameter.paths.map((path) => {
       // The element's FHIR types, when known, narrow the JSON shapes worth testing.
       const types = path.at(-1)?.types;
-      const condition = anyOf(values.map((value) => valueCondition(value, modifier, types)));
+      const condition = anyOf(values.map((value) => valueCondition(value, modifier, types, parameter.targets)));
       return `exists(${accessor(path)} ? (${condition}))`;
     }),
   );
@@ -55,14 +55,14 @@ function stepAccessor(step: PathStep): string {
   let text = `.${key(step.name)}`;
   if (step.index !== undefined) text += `[${step.index}]`;
   if (step.filter?.kind === 'reference-to') {
-    text += ` ? (@."reference" like_regex ${literal(referencePattern(step.filter.types.join('|'), '[^/]+'))})`;
+    text += ` ? (${anyOf(step.filter.types.map((type) => `@."reference" starts with ${literal(`${type}/`)}`))})`;
   } else if (step.filter?.kind === 'child-equals') {
     text += ` ? (@.${key(step.filter.child)} == ${literal(step.filter.value)})`;
   }
   return text;
 }
 
-function valueCondition(value: SearchValue, modifier: Filter['modifier'], types: Types): string {
+function valueCondition(value: SearchValue, modifier: Filter['modifier'], types: Types, targets: readonly string[]): string {
   switch (value.kind) {
     case 'token':
       return tokenCondition(value, types);
@@ -71,9 +71,9 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier'], types:
         ? stringCondition(value.text, modifier ?? 'starts-with', types)
         : tokenTextCondition(value.text);
     case 'reference':
-      return referenceCondition(value.type, value.id);
-    case 'canonical':
-      return `(@ == ${literal(value.text)} || @."reference" == ${literal(value.text)})`;
+      return referenceCondition(value.type === undefined ? targets : [value.type], value.id);
+    case 'url':
+      return `(@ == ${literal(value.url)} || @."reference" == ${literal(value.url)})`;
     case 'uri':
       return `(@ == ${literal(value.uri)})`;
     case 'number':
@@ -187,14 +187,15 @@ function escapeInClass(char: string): string {
 
 // --- reference -------------------------------------------------------------
 
-function referenceCondition(type: string | undefined, id: string): string {
-  const pattern = referencePattern(type ?? '[A-Z][A-Za-z]+', escapeRegexText(id));
-  return `(@."reference" like_regex ${literal(pattern)})`;
-}
-
-/** `Type/id`, relative or at the end of an absolute URL, with or without `/_history/n`. */
-function referencePattern(types: string, id: string): string {
-  return `(^|/)(${types})/${id}(/_history/[^/]+)?$`;
+/**
+ * A reference to `Type/id` is its relative form, compared by equality: GIN can
+ * serve it, and it needs no regular expression (PostgreSQL caches only 32
+ * compiled ones per connection, which a trigger matching many subscriptions
+ * would thrash). A bare id means any of the parameter's target types.
+ */
+function referenceCondition(types: readonly string[], id: string): string {
+  if (types.length === 0) return `(@."reference" like_regex ${literal(`^[A-Z][A-Za-z]+/${escapeRegexText(id)}$`)})`;
+  return anyOf(types.map((type) => `@."reference" == ${literal(`${type}/${id}`)}`));
 }
 
 function escapeRegexText(text: string): string {

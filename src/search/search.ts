@@ -107,7 +107,7 @@ async function followReferences(db: Db, sources: readonly FhirResource[], spec: 
       SELECT DISTINCT ON (target.resource_type, target.id) target.content
       FROM fhir.resources source
       CROSS JOIN LATERAL jsonb_path_query(source.content, ${accessor(path)}::jsonpath) AS reference
-      CROSS JOIN LATERAL regexp_match(reference ->> 'reference', '([A-Z][A-Za-z]+)/([A-Za-z0-9.-]{1,64})(/_history/[^/]+)?$') AS parts
+      CROSS JOIN LATERAL regexp_match(reference ->> 'reference', '^([A-Z][A-Za-z]+)/([A-Za-z0-9.-]{1,64})$') AS parts
       JOIN fhir.resources target ON target.resource_type = parts[1] AND target.id = parts[2]
       WHERE source.resource_type = ${spec.sourceType} AND source.id = ANY(${ids})
         AND ${spec.targetType === undefined ? sql`true` : sql`target.resource_type = ${spec.targetType}`}`.execute(db);

@@ -17,9 +17,10 @@ export type SearchValue =
   | { kind: 'token'; system?: string; code?: string }
   /** A string search, or a token's :text. */
   | { kind: 'text'; text: string }
-  /** `Type/id`, `id`, or an absolute URL; `text` is the value as given, for canonical references. */
-  | { kind: 'reference'; type?: string; id: string; text: string }
-  | { kind: 'canonical'; text: string }
+  /** `Type/id`, or a bare `id` (type undefined). */
+  | { kind: 'reference'; type?: string; id: string }
+  /** An absolute URL: a reference or canonical written in full. */
+  | { kind: 'url'; url: string }
   /** [low, high) as `YYYY-MM-DDThh:mm:ss.ffffffZ`. */
   | { kind: 'date'; prefix: Prefix; low: string; high: string }
   /** value and its implicit range [low, high) as decimal strings. */
@@ -62,13 +63,12 @@ function parseToken(text: string): SearchValue {
 function parseReference(name: string, modifierType: string | undefined, text: string): SearchValue {
   if (modifierType !== undefined) {
     if (!/^[A-Za-z0-9.-]{1,64}$/.test(text)) throw badRequest(`'${name}:${modifierType}' takes an id, not '${text}'`);
-    return { kind: 'reference', type: modifierType, id: text, text };
+    return { kind: 'reference', type: modifierType, id: text };
   }
-  // Type/id, possibly at the end of an absolute URL, possibly with /_history/n.
-  const typed = /(?:^|\/)([A-Z][A-Za-z]+)\/([A-Za-z0-9.-]{1,64})(?:\/_history\/[A-Za-z0-9.-]+)?$/.exec(text);
-  if (typed && isResourceType(typed[1]!)) return { kind: 'reference', type: typed[1]!, id: typed[2]!, text };
-  if (/^[A-Za-z0-9.-]{1,64}$/.test(text)) return { kind: 'reference', id: text, text };
-  if (/^[a-z][a-z0-9+.-]*:/.test(text)) return { kind: 'canonical', text };
+  const typed = /^([A-Z][A-Za-z]+)\/([A-Za-z0-9.-]{1,64})$/.exec(text);
+  if (typed && isResourceType(typed[1]!)) return { kind: 'reference', type: typed[1]!, id: typed[2]! };
+  if (/^[A-Za-z0-9.-]{1,64}$/.test(text)) return { kind: 'reference', id: text };
+  if (/^[a-z][a-z0-9+.-]*:\S+$/.test(text)) return { kind: 'url', url: text };
   throw badRequest(`'${text}' is not a reference (Type/id, id or an absolute URL) for '${name}'`);
 }
 

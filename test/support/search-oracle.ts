@@ -37,6 +37,7 @@ type Value =
   | { kind: 'token'; system?: string; code?: string }
   | { kind: 'text'; text: string }
   | { kind: 'reference'; type?: string; id: string }
+  | { kind: 'url'; url: string }
   | { kind: 'uri'; uri: string }
   | { kind: 'number'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal }
   | { kind: 'quantity'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal; system?: string; code?: string }
@@ -161,7 +162,8 @@ function parseValue(type: string, modifier: string | undefined, referenceType: s
       const typed = /^([A-Z][A-Za-z]+)\/([A-Za-z0-9.-]{1,64})$/.exec(value);
       if (typed) return { kind: 'reference', type: typed[1]!, id: typed[2]! };
       if (/^[A-Za-z0-9.-]{1,64}$/.test(value)) return { kind: 'reference', id: value };
-      return fail(`reference ${text} (only Type/id and id are evaluated)`);
+      if (/^[a-z][a-z0-9+.-]*:\S+$/.test(value)) return { kind: 'url', url: value };
+      return fail(`reference ${text} (only Type/id, id and absolute URLs are evaluated)`);
     }
     case 'number': {
       const { prefix, rest } = prefixOf(text);
@@ -377,15 +379,12 @@ function branches(expression: string): string[] {
 }
 
 /**
- * fhirpath's resolve() is asynchronous and fetches from a server; for a
- * relative or absolute reference `where(resolve() is X)` only needs the type
- * the reference names, so it becomes a test on the reference string.
+ * fhirpath's resolve() is asynchronous and fetches from a server; the engine
+ * reads a reference's type from its relative form `Type/id` only, so
+ * `where(resolve() is X)` becomes a test on the reference string.
  */
 function withoutResolve(expression: string): string {
-  return expression.replace(
-    /\.where\(resolve\(\) is ([A-Z][A-Za-z]+)\)/g,
-    (_, type: string) => `.where(reference.matches('^(.*/)?${type}/[A-Za-z0-9.-]{1,64}(/_history/[^/]+)?$'))`,
-  );
+  return expression.replace(/\.where\(resolve\(\) is ([A-Z][A-Za-z]+)\)/g, (_, type: string) => `.where(reference.startsWith('${type}/'))`);
 }
 
 export function expressionFor(definition: SearchParameterDefinition, resourceType: string): string {
@@ -483,22 +482,26 @@ function stringCandidates({ data }: TypedValue): string[] {
   return stringParts.flatMap((part) => stringsIn(object[part]));
 }
 
-/** `Type/id` named by a reference string (relative or at the end of a URL, /_history/n dropped). */
+/** `Type/id` named by a relative reference; absolute URLs and versioned references name none. */
 function referenceTarget(reference: string): { type: string; id: string } | undefined {
-  const withoutHistory = reference.replace(/\/_history\/[^/]+$/, '');
-  const segments = withoutHistory.split('/');
-  if (segments.length < 2) return undefined;
-  const id = segments.at(-1)!;
-  const type = segments.at(-2)!;
-  return /^[A-Z][A-Za-z]+$/.test(type) && id !== '' ? { type, id } : undefined;
+  const match = /^([A-Z][A-Za-z]+)\/([A-Za-z0-9.-]{1,64})$/.exec(reference);
+  return match ? { type: match[1]!, id: match[2]! } : undefined;
 }
 
-function referenceMatches({ type, data }: TypedValue, wanted: { type?: string; id: string }): boolean {
+function referenceMatches({ type, data }: TypedValue, wanted: { type?: string; id: string }, targets: readonly string[]): boolean {
   if (type !== 'Reference') return false;
   const reference = asObject(data).reference;
   if (typeof reference !== 'string') return false;
   const target = referenceTarget(reference);
-  return target !== undefined && target.id === wanted.id && (wanted.type === undefined || target.type === wanted.type);
+  if (target === undefined || target.id !== wanted.id) return false;
+  // A bare id stands for any of the parameter's target types.
+  return wanted.type === undefined ? targets.length === 0 || targets.includes(target.type) : target.type === wanted.type;
+}
+
+/** An absolute URL search value: the reference, or the canonical string, written exactly so. */
+function urlMatches({ type, data }: TypedValue, url: string): boolean {
+  if (type === 'Reference') return asObject(data).reference === url;
+  return typeof data === 'string' && data === url;
 }
 
 function storedNumber(data: unknown): Decimal | undefined {
@@ -526,7 +529,7 @@ function storedDateRanges({ type, data }: TypedValue): { low: bigint; high: bigi
   return [];
 }
 
-function valueMatches(value: TypedValue, search: Value, modifier: string | undefined): boolean {
+function valueMatches(value: TypedValue, search: Value, modifier: string | undefined, targets: readonly string[]): boolean {
   switch (search.kind) {
     case 'token':
       return tokenMatches(value, search);
@@ -535,7 +538,9 @@ function valueMatches(value: TypedValue, search: Value, modifier: string | undef
         ? tokenTexts(value).some((text) => textMatches(text, search.text, undefined))
         : stringCandidates(value).some((text) => textMatches(text, search.text, modifier));
     case 'reference':
-      return referenceMatches(value, search);
+      return referenceMatches(value, search, targets);
+    case 'url':
+      return urlMatches(value, search.url);
     case 'uri':
       return primitiveStringTypes.has(value.type) && value.data === search.uri;
     case 'number': {
@@ -561,7 +566,8 @@ function valueMatches(value: TypedValue, search: Value, modifier: string | undef
 function criterionMatches(resource: object, resourceType: string, criterion: Criterion): boolean {
   const values = valuesOf(resource, resourceType, criterion.definition);
   if (criterion.modifier === 'missing') return criterion.missing === (values.length === 0);
-  const found = values.some((value) => criterion.values.some((search) => valueMatches(value, search, criterion.modifier)));
+  const targets = criterion.definition.target ?? [];
+  const found = values.some((value) => criterion.values.some((search) => valueMatches(value, search, criterion.modifier, targets)));
   return criterion.modifier === 'not' ? !found : found;
 }
 
