@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { SubscriptionStatus } from '../src/db/schema.ts';
+import { compileCriteria } from '../src/search/criteria.ts';
+import { createTestDatabase, type TestDatabase } from './support/database.ts';
+
+let database: TestDatabase;
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+afterAll(() => database.drop());
+beforeEach(async () => {
+  await database.pool.query('DELETE FROM webhook.subscriptions');
+  await database.pool.query('DELETE FROM fhir.resources');
+  await database.pool.query('DELETE FROM fhir.resource_history');
+  await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+});
+
+/** A stored subscription, as the API would store it (secrets are irrelevant to the triggers). */
+async function subscribe(criteria: string, status: SubscriptionStatus): Promise<string> {
+  const compiled = compileCriteria(criteria);
+  const { rows } = await database.pool.query<{ id: string }>(
+    `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint,
+       headers_encrypted, signing_secret_encrypted, secret_is_generated, reason, ended_at)
+     VALUES ($1::webhook.subscription_status, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-', CASE WHEN $1::text = 'off' THEN now() END)
+     RETURNING id`,
+    [status, criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
+  );
+  return rows[0]!.id;
+}
+
+type Job = { task: string; key: string | null; payload: { subscriptionId: string; resourceType: string; resourceId: string; versionId: number; deleted: boolean } };
+
+async function jobs(): Promise<Job[]> {
+  const { rows } = await database.pool.query<Job>(
+    `SELECT jobs.task_identifier AS task, jobs.key, private.payload
+     FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)
+     ORDER BY private.payload ->> 'resourceId', jobs.id`,
+  );
+  return rows;
+}
+
+const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') => JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
+
+describe('notification triggers on fhir.resources', () => {
+  it('enqueue one delivery per matching row of a statement for each active subscription', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    const all = await subscribe('Appointment', 'active');
+    await subscribe('Appointment?status=booked&_include=Appointment:patient', 'requested');
+    await subscribe('Appointment?status=proposed', 'off');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
+      appointment('a1', 'booked'),
+      appointment('a2', 'proposed'),
+      appointment('a3', 'booked'),
+    ]);
+    const enqueued = await jobs();
+    expect(enqueued.filter((job) => job.payload.subscriptionId === booked).map((job) => job.payload.resourceId)).toEqual(['a1', 'a3']);
+    expect(enqueued.filter((job) => job.payload.subscriptionId === all).map((job) => job.payload.resourceId)).toEqual(['a1', 'a2', 'a3']);
+    expect(enqueued).toHaveLength(5);
+    expect(enqueued[0]).toEqual({
+      task: 'notification_delivery',
+      key: null,
+      payload: { subscriptionId: expect.any(String), resourceType: 'Appointment', resourceId: 'a1', versionId: 1, deleted: false },
+    });
+  });
+
+  it('evaluate the criteria against the current value on update', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a1', 'proposed')]);
+    await database.pool.query(`UPDATE fhir.resources SET content = content || '{"status":"booked"}' WHERE id = 'a1'`);
+    expect(await jobs()).toEqual([
+      { task: 'notification_delivery', key: null, payload: { subscriptionId: booked, resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: false } },
+    ]);
+  });
+
+  it('evaluate only active, status and :missing on deletions, with the deletion version', async () => {
+    const old = await subscribe('Appointment?date=lt1900-01-01&status=booked', 'active');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [appointment('a1', 'booked'), appointment('a2', 'cancelled')]);
+    expect(await jobs()).toEqual([]);
+    await database.pool.query(`DELETE FROM fhir.resources WHERE resource_type = 'Appointment'`);
+    expect(await jobs()).toEqual([
+      { task: 'notification_delivery', key: null, payload: { subscriptionId: old, resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: true } },
+    ]);
+  });
+
+  it('enqueue one reactivation per subscription in error, whatever the number of events', async () => {
+    const failing = await subscribe('Appointment?status=booked', 'error');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
+      appointment('a1', 'booked'),
+      appointment('a2', 'booked'),
+      appointment('a3', 'cancelled'),
+    ]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a4', 'booked')]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a5', 'cancelled')]);
+    const enqueued = await jobs();
+    expect(enqueued).toHaveLength(1);
+    expect(enqueued[0]).toMatchObject({ task: 'subscription_reactivation', key: `reactivate:${failing}`, payload: { subscriptionId: failing, resourceId: 'a4' } });
+  });
+
+  it('notify Bundle subscriptions of documents only', async () => {
+    await subscribe('Bundle', 'active');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
+      JSON.stringify({ resourceType: 'Bundle', id: 'doc', type: 'document', entry: [] }),
+      JSON.stringify({ resourceType: 'Bundle', id: 'coll', type: 'collection', entry: [] }),
+    ]);
+    expect((await jobs()).map((job) => job.payload.resourceId)).toEqual(['doc']);
+  });
+
+  it('enqueue nothing for a rolled-back write', async () => {
+    await subscribe('Appointment', 'active');
+    const client = await database.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a1', 'booked')]);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await jobs()).toEqual([]);
+  });
+
+  it('never fail a write because a predicate cannot be evaluated on odd content', async () => {
+    await subscribe('Appointment?date=ge2026-01-01', 'active');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
+      JSON.stringify({ resourceType: 'Appointment', id: 'odd', status: 'booked', start: '2026-13-45T99:99:99Z' }),
+      appointment('fine', 'booked'),
+    ]);
+    expect((await jobs()).map((job) => job.payload.resourceId)).toEqual(['fine']);
+  });
+
+  it('enqueue 20,000 deliveries for a 20,000-row statement, in one add_jobs call', async () => {
+    await subscribe('Appointment?status=booked', 'active');
+    await database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
+       FROM generate_series(1, 20000) n`,
+    );
+    const { rows } = await database.pool.query(`SELECT count(*)::int AS n, count(DISTINCT private.payload ->> 'resourceId')::int AS distinct_resources
+      FROM graphile_worker._private_jobs private`);
+    expect(rows[0]).toEqual({ n: 20000, distinct_resources: 20000 });
+  });
+});
