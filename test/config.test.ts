@@ -14,6 +14,17 @@ describe('configuration from the environment', () => {
       embeddedDataDir: '.data',
       webhookNamingSystem: 'webhook',
       secretsEncryptionKey: undefined,
+      delivery: {
+        retryDelaysMs: [10_000, 60_000],
+        maxFailures: 3,
+        connectTimeoutMs: 5_000,
+        responseTimeoutMs: 15_000,
+        concurrency: 32,
+        allowPrivateNetworks: false,
+        logRetentionDays: 30,
+      },
+      mail: { smtpUrl: undefined, from: 'webhooks@localhost' },
+      oauth: undefined,
     });
   });
 
@@ -21,6 +32,17 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ PORT: '9000' }).baseUrl).toBe('http://localhost:9000');
     expect(loadConfig({ BASE_URL: 'https://fhir.example.org/' }).baseUrl).toBe('https://fhir.example.org');
     expect(loadConfig({ DATABASE_URL: '', MIGRATE_ON_START: 'false' })).toMatchObject({ databaseUrl: undefined, migrateOnStart: false });
+  });
+
+  it('needs the client credentials when OAUTH_TOKEN_URL is set', () => {
+    expect(() => loadConfig({ OAUTH_TOKEN_URL: 'http://127.0.0.1:9/token' })).toThrow(/OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET are required/);
+    expect(loadConfig({ OAUTH_TOKEN_URL: 'http://127.0.0.1:9/token', OAUTH_CLIENT_ID: 'c', OAUTH_CLIENT_SECRET: 's' }).oauth).toEqual({
+      tokenUrl: 'http://127.0.0.1:9/token',
+      clientId: 'c',
+      clientSecret: 's',
+      scope: undefined,
+      audience: undefined,
+    });
   });
 
   it.each([
@@ -34,6 +56,12 @@ describe('configuration from the environment', () => {
     ['SECRETS_ENCRYPTION_KEY', 'c2hvcnQ='],
     ['SECRETS_ENCRYPTION_KEY', 'not base64!'],
     ['WEBHOOK_NAMING_SYSTEM', 'a/b'],
+    ['DELIVERY_RETRY_DELAYS_MS', '10s,1m'],
+    ['DELIVERY_MAX_FAILURES', '0'],
+    ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'sometimes'],
+    ['SMTP_URL', 'http://mail'],
+    ['ALERT_EMAIL_FROM', 'nobody'],
+    ['OAUTH_TOKEN_URL', 'token-endpoint'],
   ])('refuses %s=%s with a message naming the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^Invalid configuration:\\n  ${name}: `));

@@ -5,6 +5,14 @@ const booleanFlag = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'expected true or false' })
   .transform((value) => value === 'true' || value === '1' || value === 'yes');
 
+/** A comma list of non-negative integers ("10000,60000"). */
+const millisecondsList = z
+  .string()
+  .regex(/^\d+(,\d+)*$/, 'expected a comma list of milliseconds, such as 10000,60000')
+  .transform((text) => text.split(',').map(Number));
+
+const milliseconds = z.coerce.number().int().positive();
+
 const environmentSchema = z.object({
   DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// connection string' }).optional(),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
@@ -23,6 +31,20 @@ const environmentSchema = z.object({
     .transform((text) => Buffer.from(text, 'base64'))
     .refine((key) => key.length === 32, 'expected 32 bytes, base64-encoded (make one with: openssl rand -base64 32)')
     .optional(),
+  DELIVERY_RETRY_DELAYS_MS: millisecondsList.default([10_000, 60_000]),
+  DELIVERY_MAX_FAILURES: z.coerce.number().int().min(1).default(3),
+  DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
+  DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(15_000),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(32),
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
+  SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
+  ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),
+  OAUTH_TOKEN_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
+  OAUTH_CLIENT_ID: z.string().min(1).optional(),
+  OAUTH_CLIENT_SECRET: z.string().min(1).optional(),
+  OAUTH_SCOPE: z.string().min(1).optional(),
+  OAUTH_AUDIENCE: z.string().min(1).optional(),
+  DELIVERY_LOG_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
 });
 
 export type Config = Readonly<{
@@ -40,6 +62,23 @@ export type Config = Readonly<{
   webhookNamingSystem: string;
   /** AES-256 key for subscription headers; the embedded default makes and keeps one when unset. */
   secretsEncryptionKey: Buffer | undefined;
+  delivery: Readonly<{
+    /** Delay before each retry of an event; its length is the number of retries. */
+    retryDelaysMs: readonly number[];
+    /** Consecutive unsuccessful attempts that move a subscription to error. */
+    maxFailures: number;
+    connectTimeoutMs: number;
+    responseTimeoutMs: number;
+    /** Jobs in flight per worker process. */
+    concurrency: number;
+    /** Turns the SSRF guard off (development only). */
+    allowPrivateNetworks: boolean;
+    logRetentionDays: number;
+  }>;
+  /** Alert e-mail; without smtpUrl alerts are logged and recorded, not sent. */
+  mail: Readonly<{ smtpUrl: string | undefined; from: string }>;
+  /** Outbound OAuth 2.0 client credentials, when OAUTH_TOKEN_URL is set. */
+  oauth: Readonly<{ tokenUrl: string; clientId: string; clientSecret: string; scope: string | undefined; audience: string | undefined }> | undefined;
 }>;
 
 export class ConfigError extends Error {
@@ -56,6 +95,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     throw new ConfigError(`Invalid configuration:\n  ${problems.join('\n  ')}`);
   }
   const env = parsed.data;
+  if (env.OAUTH_TOKEN_URL !== undefined && (env.OAUTH_CLIENT_ID === undefined || env.OAUTH_CLIENT_SECRET === undefined)) {
+    throw new ConfigError('Invalid configuration:\n  OAUTH_TOKEN_URL is set, so OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET are required');
+  }
   return {
     databaseUrl: env.DATABASE_URL,
     port: env.PORT,
@@ -67,5 +109,25 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     embeddedDataDir: env.EMBEDDED_DATA_DIR,
     webhookNamingSystem: env.WEBHOOK_NAMING_SYSTEM,
     secretsEncryptionKey: env.SECRETS_ENCRYPTION_KEY,
+    delivery: {
+      retryDelaysMs: env.DELIVERY_RETRY_DELAYS_MS,
+      maxFailures: env.DELIVERY_MAX_FAILURES,
+      connectTimeoutMs: env.DELIVERY_CONNECT_TIMEOUT_MS,
+      responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,
+      concurrency: env.WORKER_CONCURRENCY,
+      allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+      logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
+    },
+    mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM },
+    oauth:
+      env.OAUTH_TOKEN_URL === undefined
+        ? undefined
+        : {
+            tokenUrl: env.OAUTH_TOKEN_URL,
+            clientId: env.OAUTH_CLIENT_ID!,
+            clientSecret: env.OAUTH_CLIENT_SECRET!,
+            scope: env.OAUTH_SCOPE,
+            audience: env.OAUTH_AUDIENCE,
+          },
   };
 }
