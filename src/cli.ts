@@ -4,13 +4,14 @@ import { createApiKey, listApiKeys, revokeApiKey } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, type Config } from './config/index.ts';
 import { createLogger } from './config/logger.ts';
 import { applyMigrations } from './db/migrations.ts';
-import { openDatabase, startService } from './service.ts';
+import { openDatabase, startService, type Roles } from './service.ts';
 
 const usage = `Usage: npm run cli -- <command>
 
 Commands:
-  serve                      the HTTP API (the default of npm start)
+  serve                      the HTTP API and the dispatcher's workers (what npm start runs)
   api                        the HTTP API only
+  worker                     the dispatcher's workers only
   migrate                    apply pending database migrations and exit
   api-key create --name N    create an API key and print it once
   api-key list               list API keys (names and ids; keys are never stored)
@@ -29,8 +30,11 @@ async function main(argv: string[]): Promise<void> {
 
   switch (command) {
     case 'serve':
+      return serve(config, logger, { api: true, workers: true });
     case 'api':
-      return serve(config, logger);
+      return serve(config, logger, { api: true, workers: false });
+    case 'worker':
+      return serve(config, logger, { api: false, workers: true });
     case 'migrate': {
       const database = await openDatabase({ ...config, migrateOnStart: false }, logger);
       try {
@@ -48,9 +52,9 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-async function serve(config: Config, logger: ReturnType<typeof createLogger>): Promise<void> {
-  const service = await startService(config, logger);
-  logger.info(`Listening on ${service.address}`);
+async function serve(config: Config, logger: ReturnType<typeof createLogger>, roles: Roles): Promise<void> {
+  const service = await startService(config, logger, roles);
+  logger.info(service.address === undefined ? 'Workers running' : `Listening on ${service.address}`);
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;

@@ -5,16 +5,20 @@ import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
 import { ConfigError, type Config } from './config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './db/database.ts';
 import { applyMigrations } from './db/migrations.ts';
+import { startWorkers } from './dispatch/worker.ts';
 import { readOrCreateKeyFile } from './subscriptions/secrets.ts';
 
 /** Something started that must be stopped, newest first, when the service stops. */
 type Closer = () => Promise<unknown>;
 
 export type Service = {
-  /** The address the API listens on, e.g. http://127.0.0.1:8080. */
-  address: string;
+  /** The address the API listens on, e.g. http://127.0.0.1:8080, when it runs. */
+  address: string | undefined;
   close(): Promise<void>;
 };
+
+/** What this process runs: `serve` both, `api` and `worker` one each. */
+export type Roles = { api: boolean; workers: boolean };
 
 /**
  * Connects to the database given by the configuration, or to an embedded
@@ -31,7 +35,8 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
       closers.push(() => embedded.stop());
       url = embedded.url;
     }
-    const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'));
+    // Every worker job may hold a connection, besides the API's requests.
+    const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'), config.delivery.concurrency + 10);
     closers.push(() => database.close());
     if (config.migrateOnStart) {
       const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
@@ -44,12 +49,17 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   }
 }
 
-/** Starts the HTTP API (and, once the dispatcher exists, its workers) on the configured address. */
-export async function startService(config: Config, logger: Logger): Promise<Service> {
+/** Starts the HTTP API on the configured address and the dispatcher's workers, as `roles` says. */
+export async function startService(config: Config, logger: Logger, roles: Roles = { api: true, workers: true }): Promise<Service> {
   const secretsKey = await secretsEncryptionKey(config);
   const database = await openDatabase(config, logger);
   const closers: Closer[] = [() => database.close()];
   try {
+    if (roles.workers) {
+      const workers = await startWorkers(config, database, secretsKey, logger);
+      closers.push(() => workers.stop());
+    }
+    if (!roles.api) return { address: undefined, close: () => closeAll(closers) };
     await ensureApiKey(database, config);
     const app: FastifyInstance = await buildApp({
       database,

@@ -19,7 +19,7 @@ describe('configuration from the environment', () => {
         maxFailures: 3,
         connectTimeoutMs: 5_000,
         responseTimeoutMs: 15_000,
-        concurrency: 32,
+        concurrency: 16,
         allowPrivateNetworks: false,
         logRetentionDays: 30,
       },

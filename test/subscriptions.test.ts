@@ -208,6 +208,14 @@ describe('switching off', () => {
     expect(off.end >= created.meta.lastUpdated).toBe(true);
     expect((await post(subscription({ criteria: 'Appointment?status=booked&_include=Appointment:patient' }))).statusCode).toBe(201);
   });
+
+  it('switches off a subscription in error when none is live for the criteria', async () => {
+    const created = (await post(subscription({ criteria: 'Patient?gender=other' }))).json();
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'HTTP 500' WHERE id = $1`, [created.id]);
+    const response = await post({ resourceType: 'Subscription', status: 'off', criteria: 'Patient?gender=other' });
+    expect(response.statusCode).toBe(200);
+    expect(response.json()).toMatchObject({ id: created.id, status: 'off' });
+  });
 });
 
 describe('reads and searches', () => {

@@ -35,7 +35,7 @@ const environmentSchema = z.object({
   DELIVERY_MAX_FAILURES: z.coerce.number().int().min(1).default(3),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(15_000),
-  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(32),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
   ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),

@@ -11,8 +11,8 @@ export type DatabaseHandle = {
   close(): Promise<void>;
 };
 
-export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void): DatabaseHandle {
-  const pool = new pg.Pool({ connectionString, max: 10 });
+export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void, maxConnections = 10): DatabaseHandle {
+  const pool = new pg.Pool({ connectionString, max: maxConnections });
   // A client that loses its server (restart, failover) must not crash the process,
   // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);

@@ -58,10 +58,38 @@ export interface SubscriptionsTable {
   created_at: Generated<Date>;
 }
 
+export interface DeliveryAttemptsTable {
+  id: Generated<string>;
+  subscription_id: string;
+  kind: 'handshake' | 'notification';
+  resource_type: string | null;
+  resource_id: string | null;
+  version_id: number | null;
+  attempt: number;
+  started_at: Date;
+  duration_ms: number;
+  http_status: number | null;
+  outcome: 'delivered' | 'retrying' | 'failed';
+  error: string | null;
+  response_excerpt: string | null;
+}
+
+export interface DeactivationAlertsTable {
+  id: Generated<string>;
+  subscription_id: string;
+  recipients: string[];
+  reason: string;
+  created_at: Generated<Date>;
+  handled_as: 'sent' | 'logged' | null;
+  handled_at: Date | null;
+}
+
 /** The tables the service reads and writes, for Kysely. */
 export interface Database {
   'fhir.resources': ResourcesTable;
   'fhir.resource_history': ResourceHistoryTable;
   'webhook.api_keys': ApiKeysTable;
   'webhook.subscriptions': SubscriptionsTable;
+  'webhook.delivery_attempts': DeliveryAttemptsTable;
+  'webhook.deactivation_alerts': DeactivationAlertsTable;
 }

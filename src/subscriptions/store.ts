@@ -134,16 +134,24 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
   return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
+/**
+ * Closes the live subscription with this criteria string; with none live, the
+ * ones in error with it (the spec leaves that case open; a client expects an
+ * error subscription to be switchable off rather than reactivated later).
+ */
 async function switchOff(db: Db, criteria: string): Promise<Row> {
-  const switched = await db
-    .updateTable('webhook.subscriptions')
-    .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
-    .where('criteria', '=', criteria)
-    .where('status', 'in', ['requested', 'active'])
-    .returning('id')
-    .executeTakeFirst();
-  if (!switched) throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
-  return selectRows(db).where('id', '=', switched.id).executeTakeFirstOrThrow();
+  for (const statuses of [['requested', 'active'], ['error']] as const) {
+    const switched = await db
+      .updateTable('webhook.subscriptions')
+      .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
+      .where('criteria', '=', criteria)
+      .where('status', 'in', statuses)
+      .returning(['id', 'created_at'])
+      .execute();
+    const latest = switched.sort((a, b) => b.created_at.getTime() - a.created_at.getTime())[0];
+    if (latest) return selectRows(db).where('id', '=', latest.id).executeTakeFirstOrThrow();
+  }
+  throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
 }
 
 function selectRows(db: Db) {

@@ -1,0 +1,133 @@
+import { createHmac } from 'node:crypto';
+import { request, type Dispatcher } from 'undici';
+
+/**
+ * One outbound webhook call: the exact bytes, signed, with the subscription's
+ * headers, under an overall deadline, and its result classified as the spec's
+ * response-handling table says.
+ */
+
+export type CallResult = {
+  /** delivered: 2xx. retryable: network failure, timeout, 5xx or 429. permanent: any other 4xx (and refused addresses). */
+  verdict: 'delivered' | 'retryable' | 'permanent';
+  httpStatus: number | undefined;
+  /** Why it was not delivered. */
+  error: string | undefined;
+  /** The start of the response body, for the attempt record. */
+  responseExcerpt: string | undefined;
+  /** Seconds from a Retry-After header on 429/503. */
+  retryAfterSeconds: number | undefined;
+  startedAt: Date;
+  durationMs: number;
+};
+
+export type CallOptions = {
+  dispatcher: Dispatcher;
+  /** Whole-response budget: undici's timeouts are per phase, so an overall abort signal bounds the sum. */
+  responseTimeoutMs: number;
+};
+
+const excerptLimit = 1024;
+
+/** `sha256=<hex HMAC-SHA256 of the body>`, the X-Hub-Signature format. */
+export function signature(body: Buffer, secret: string): string {
+  return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
+}
+
+/**
+ * The request headers: every channel.header item verbatim (split on the first
+ * colon only: values may contain colons), then the service's own, which no
+ * client header can override, then an OAuth bearer replacing any client Authorization.
+ */
+export function outboundHeaders(channelHeaders: readonly string[], body: Buffer, secret: string, bearerToken: string | undefined): [string, string][] {
+  const headers: [string, string][] = channelHeaders.map((item) => {
+    const colon = item.indexOf(':');
+    return [item.slice(0, colon).trim(), item.slice(colon + 1).trim()];
+  });
+  const kept = headers.filter(([name]) => {
+    const lower = name.toLowerCase();
+    return lower !== 'content-type' && lower !== 'x-hub-signature' && !(bearerToken !== undefined && lower === 'authorization');
+  });
+  return [
+    ...kept,
+    ['content-type', 'application/fhir+json'],
+    ['x-hub-signature', signature(body, secret)],
+    ...(bearerToken === undefined ? [] : ([['authorization', `Bearer ${bearerToken}`]] as [string, string][])),
+  ];
+}
+
+export async function postWebhook(endpoint: string, body: Buffer, headers: [string, string][], options: CallOptions): Promise<CallResult> {
+  const startedAt = new Date();
+  const started = performance.now();
+  const elapsed = () => Math.round(performance.now() - started);
+  try {
+    const response = await request(endpoint, {
+      method: 'POST',
+      body,
+      headers: headers.flat(),
+      dispatcher: options.dispatcher,
+      signal: AbortSignal.timeout(options.responseTimeoutMs),
+    });
+    const excerpt = await readExcerpt(response.body);
+    const status = response.statusCode;
+    const verdict = status >= 200 && status < 300 ? 'delivered' : status === 429 || status >= 500 ? 'retryable' : 'permanent';
+    return {
+      verdict,
+      httpStatus: status,
+      error: verdict === 'delivered' ? undefined : `HTTP ${status}`,
+      responseExcerpt: excerpt,
+      retryAfterSeconds: status === 429 || status === 503 ? parseRetryAfter(response.headers['retry-after']) : undefined,
+      startedAt,
+      durationMs: elapsed(),
+    };
+  } catch (error) {
+    const refused = error instanceof Error && causes(error).some((cause) => cause.name === 'ForbiddenAddressError');
+    return {
+      verdict: refused ? 'permanent' : 'retryable',
+      httpStatus: undefined,
+      error: describeNetworkError(error),
+      responseExcerpt: undefined,
+      retryAfterSeconds: undefined,
+      startedAt,
+      durationMs: elapsed(),
+    };
+  }
+}
+
+async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of body) {
+    chunks.push(chunk);
+    length += chunk.length;
+    if (length >= excerptLimit) break;
+  }
+  body.destroy();
+  if (length === 0) return undefined;
+  return Buffer.concat(chunks).subarray(0, excerptLimit).toString('utf8').slice(0, excerptLimit);
+}
+
+/** Retry-After as seconds from now: a number of seconds or an HTTP date. */
+function parseRetryAfter(value: string | string[] | undefined): number | undefined {
+  const text = Array.isArray(value) ? value[0] : value;
+  if (text === undefined) return undefined;
+  if (/^\d+$/.test(text.trim())) return Number(text.trim());
+  const date = Date.parse(text);
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+}
+
+function causes(error: Error): Error[] {
+  const chain: Error[] = [];
+  for (let current: unknown = error; current instanceof Error && chain.length < 10; current = current.cause) chain.push(current);
+  return chain;
+}
+
+/** The innermost useful message: "connect ECONNREFUSED 127.0.0.1:9", "request timed out after 15000 ms", ... */
+function describeNetworkError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  if (error.name === 'TimeoutError' || error.name === 'AbortError') return 'no complete response within the response timeout';
+  const chain = causes(error);
+  const innermost = chain.at(-1)!;
+  const code = (innermost as { code?: string }).code;
+  return code && !innermost.message.includes(code) ? `${code}: ${innermost.message}` : innermost.message;
+}

@@ -1,0 +1,204 @@
+import { verify } from '@octokit/webhooks-methods';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+
+let t: TestApp;
+let workers: Workers;
+const receivers: Receiver[] = [];
+
+const config = loadConfig({
+  BASE_URL: baseUrl,
+  // The receivers are on loopback, which the SSRF guard refuses by default.
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+  DELIVERY_RETRY_DELAYS_MS: '100,200',
+  DELIVERY_MAX_FAILURES: '3',
+  DELIVERY_RESPONSE_TIMEOUT_MS: '3000',
+  WORKER_CONCURRENCY: '4',
+});
+
+beforeAll(async () => {
+  t = await startTestApp();
+  workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+});
+afterAll(async () => {
+  await workers.stop();
+  await Promise.all(receivers.map((receiver) => receiver.close()));
+  await t.close();
+});
+
+async function receiver(): Promise<Receiver> {
+  const started = await startReceiver();
+  receivers.push(started);
+  return started;
+}
+
+async function subscribe(criteria: string, endpoint: string, header: string[] = ['secret: top-secret']) {
+  const response = await t.fhir('POST', '/Subscription', {
+    resourceType: 'Subscription',
+    status: 'requested',
+    criteria,
+    reason: 'test',
+    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header },
+    contact: [{ system: 'email', value: 'ops@example.org' }],
+  });
+  expect(response.statusCode).toBe(201);
+  return response.json<{ id: string }>();
+}
+
+async function statusOf(id: string): Promise<{ status: string; error: string | null; failure_count: number }> {
+  const { rows } = await t.database.pool.query('SELECT status, error, failure_count FROM webhook.subscriptions WHERE id = $1', [id]);
+  return rows[0];
+}
+
+const untilStatus = (id: string, status: string) => waitFor(async () => ((await statusOf(id)).status === status ? true : undefined), 10_000, `status ${status}`);
+
+describe('handshake', () => {
+  it('POSTs a signed history Bundle with a handshake SubscriptionStatus; 2xx makes the subscription active', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe('Practitioner?active=true', endpoint.url, ['secret: top-secret', 'Authorization: Bearer a:b:c']);
+    const [call] = await endpoint.waitForCalls(1);
+    expect(call!.json).toMatchObject({
+      resourceType: 'Bundle',
+      type: 'history',
+      entry: [{ resource: { resourceType: 'SubscriptionStatus', type: 'handshake', status: 'requested', subscription: { reference: `${baseUrl}/fhir/resources/Subscription/${id}` } } }],
+    });
+    expect(call!.headers['content-type']).toBe('application/fhir+json');
+    expect(call!.headers.secret).toBe('top-secret');
+    expect(call!.headers.authorization).toBe('Bearer a:b:c');
+    expect(await verify('top-secret', call!.body.toString('utf8'), call!.headers['x-hub-signature'] as string)).toBe(true);
+    await untilStatus(id, 'active');
+  });
+
+  it('a 4xx answer puts the subscription in error with the reason', async () => {
+    const endpoint = await receiver();
+    endpoint.answer = () => ({ status: 403 });
+    const { id } = await subscribe('Practitioner?active=false', endpoint.url);
+    await untilStatus(id, 'error');
+    expect((await statusOf(id)).error).toBe(`Handshake failed: HTTP 403 from ${endpoint.url}`);
+    expect(endpoint.calls).toHaveLength(1);
+  });
+
+  it('5xx on every attempt puts it in error after the retries', async () => {
+    const endpoint = await receiver();
+    endpoint.answer = () => ({ status: 503 });
+    const { id } = await subscribe('Practitioner?gender=male', endpoint.url);
+    await untilStatus(id, 'error');
+    expect(endpoint.calls).toHaveLength(3);
+    const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
+    expect(rows).toEqual([
+      { attempt: 1, outcome: 'retrying', http_status: 503 },
+      { attempt: 2, outcome: 'retrying', http_status: 503 },
+      { attempt: 3, outcome: 'failed', http_status: 503 },
+    ]);
+  });
+});
+
+describe('notifications', () => {
+  it('delivers the matching resource version, signed, with the channel headers', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe('Appointment?status=booked', endpoint.url, ['secret: s3cr3t', 'X-Trace: a:b=c']);
+    await untilStatus(id, 'active');
+    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [] });
+    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'booked', participant: [] })).json();
+    const calls = await endpoint.waitForCalls(2);
+    const notification = calls[1]!;
+    expect(notification.json).toEqual(created);
+    expect(notification.headers['x-trace']).toBe('a:b=c');
+    expect(notification.headers.secret).toBe('s3cr3t');
+    expect(await verify('s3cr3t', notification.body.toString('utf8'), notification.headers['x-hub-signature'] as string)).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(endpoint.calls).toHaveLength(2);
+  });
+
+  it('delivers a searchset Bundle with the includes for _include criteria', async () => {
+    const endpoint = await receiver();
+    await t.fhir('PUT', '/Patient/inc-p', { resourceType: 'Patient', id: 'inc-p', name: [{ family: 'Included' }] });
+    const { id } = await subscribe('Appointment?status=arrived&_include=Appointment:patient', endpoint.url);
+    await untilStatus(id, 'active');
+    const created = (
+      await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'arrived', participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }] })
+    ).json();
+    const [, call] = await endpoint.waitForCalls(2);
+    expect(call!.json).toMatchObject({
+      resourceType: 'Bundle',
+      type: 'searchset',
+      total: 1,
+      entry: [
+        { resource: { id: created.id }, search: { mode: 'match' } },
+        { resource: { resourceType: 'Patient', id: 'inc-p' }, search: { mode: 'include' } },
+      ],
+    });
+  });
+
+  it('delivers deletions tagged DELETE, whatever the non-status filters say', async () => {
+    const endpoint = await receiver();
+    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'noshow', start: '2026-01-01T10:00:00Z', participant: [] })).json();
+    const { id } = await subscribe('Appointment?date=lt1900-01-01&status=noshow', endpoint.url);
+    await untilStatus(id, 'active');
+    await t.fhir('DELETE', `/Appointment/${created.id}`);
+    const [, call] = await endpoint.waitForCalls(2);
+    expect(call!.json).toMatchObject({ resourceType: 'Appointment', id: created.id, meta: { versionId: '2', tag: [{ code: 'DELETE' }] } });
+  });
+
+  it('delivers nothing for a rolled-back transaction', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe('Appointment?status=waitlist', endpoint.url);
+    await untilStatus(id, 'active');
+    const response = await t.fhir('POST', '/Bundle', {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        { resource: { resourceType: 'Appointment', status: 'waitlist', participant: [] }, request: { method: 'POST', url: 'Appointment' } },
+        { request: { method: 'DELETE', url: 'Appointment/does-not-exist' } },
+      ],
+    });
+    expect(response.statusCode).toBe(404);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(endpoint.calls).toHaveLength(1);
+  });
+});
+
+describe('failures, deactivation and reactivation', () => {
+  it('retries 5xx, deactivates at the third failure, records an alert; the next event reactivates and is delivered', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe('Encounter?status=planned', endpoint.url);
+    await untilStatus(id, 'active');
+    endpoint.answer = () => ({ status: 500 });
+    const failed = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned', class: { code: 'AMB' } })).json();
+    await untilStatus(id, 'error');
+    expect(endpoint.calls).toHaveLength(4);
+    const state = await statusOf(id);
+    expect(state.error).toBe(`HTTP 500 from ${endpoint.url}; Encounter/${failed.id} (version 1) was not delivered`);
+    const alert = await waitFor(async () => {
+      const { rows } = await t.database.pool.query(`SELECT recipients, handled_as FROM webhook.deactivation_alerts WHERE subscription_id = $1`, [id]);
+      return rows[0]?.handled_as ? rows[0] : undefined;
+    });
+    // No SMTP_URL in this configuration: logged and recorded.
+    expect(alert).toEqual({ recipients: ['ops@example.org'], handled_as: 'logged' });
+
+    endpoint.answer = () => ({ status: 200 });
+    const next = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned', class: { code: 'IMP' } })).json();
+    const calls = await endpoint.waitForCalls(6);
+    expect(calls[4]!.json).toMatchObject({ resourceType: 'Bundle', type: 'history' });
+    expect(calls[5]!.json).toEqual(next);
+    await untilStatus(id, 'active');
+    expect((await statusOf(id)).failure_count).toBe(0);
+  });
+
+  it('does not resend an event refused with a 4xx, but counts it', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe('Encounter?status=arrived', endpoint.url);
+    await untilStatus(id, 'active');
+    endpoint.answer = () => ({ status: 422 });
+    await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'arrived', class: { code: 'AMB' } });
+    await endpoint.waitForCalls(2);
+    await waitFor(async () => ((await statusOf(id)).failure_count === 1 ? true : undefined));
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect(endpoint.calls).toHaveLength(2);
+    expect((await statusOf(id)).status).toBe('active');
+  });
+});

@@ -1,0 +1,53 @@
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type ReceivedCall = { headers: IncomingHttpHeaders; body: Buffer; json: Record<string, unknown> };
+
+/** How the receiver answers a call: a status, and optionally headers. */
+export type Answer = { status: number; headers?: Record<string, string> };
+
+export type Receiver = {
+  url: string;
+  calls: ReceivedCall[];
+  /** Decides each answer; 200 unless changed. */
+  answer: (call: ReceivedCall) => Answer;
+  /** Resolves once `count` calls have arrived in all (or rejects after timeoutMs). */
+  waitForCalls(count: number, timeoutMs?: number): Promise<ReceivedCall[]>;
+  close(): Promise<void>;
+};
+
+/** A real HTTP subscriber endpoint on 127.0.0.1 that records what it receives. */
+export async function startReceiver(): Promise<Receiver> {
+  const receiver: Receiver = {
+    url: '',
+    calls: [],
+    answer: () => ({ status: 200 }),
+    waitForCalls: (count, timeoutMs = 10_000) => waitFor(() => (receiver.calls.length >= count ? receiver.calls : undefined), timeoutMs, `${count} calls`),
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+  const server: Server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const call = { headers: request.headers, body, json: JSON.parse(body.toString('utf8') || '{}') as Record<string, unknown> };
+      receiver.calls.push(call);
+      const { status, headers } = receiver.answer(call);
+      response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  receiver.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+  return receiver;
+}
+
+/** Polls `check` until it returns a value. */
+export async function waitFor<T>(check: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000, what = 'a condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
