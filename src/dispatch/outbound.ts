@@ -19,6 +19,8 @@ export type CallResult = {
   retryAfterSeconds: number | undefined;
   startedAt: Date;
   durationMs: number;
+  /** Whose failure it was: the subscriber's endpoint, or the OAuth token endpoint before any call. */
+  failedAt?: 'token-endpoint';
 };
 
 export type CallOptions = {

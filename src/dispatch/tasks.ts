@@ -100,9 +100,18 @@ async function call(context: DispatchContext, target: Target, resource: unknown)
     try {
       token = await context.tokens.token();
     } catch (error) {
-      const now = new Date();
-      const reason = `OAuth token endpoint: ${error instanceof Error ? error.message : String(error)}`;
-      return { verdict: 'retryable', httpStatus: undefined, error: reason, responseExcerpt: undefined, retryAfterSeconds: undefined, startedAt: now, durationMs: 0 };
+      // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
+      const reason = error instanceof Error ? error.message : String(error);
+      return {
+        verdict: 'retryable',
+        httpStatus: undefined,
+        error: reason,
+        responseExcerpt: undefined,
+        retryAfterSeconds: undefined,
+        startedAt: new Date(),
+        durationMs: 0,
+        failedAt: 'token-endpoint',
+      };
     }
   }
   return postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token), {
@@ -368,7 +377,7 @@ async function recordAttempt(
 }
 
 function describe(result: CallResult, endpoint: string): string {
-  return `${result.error ?? 'failed'} from ${endpoint}`;
+  return result.failedAt === 'token-endpoint' ? (result.error ?? 'OAuth token endpoint failed') : `${result.error ?? 'failed'} from ${endpoint}`;
 }
 
 function tagSystem(context: DispatchContext): string {

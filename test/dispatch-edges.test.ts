@@ -1,0 +1,458 @@
+import { readFileSync } from 'node:fs';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pino from 'pino';
+import { SMTPServer } from 'smtp-server';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+
+/**
+ * The dispatcher's edges, end to end: real PostgreSQL, graphile-worker, HTTP
+ * receivers, an OAuth token endpoint and an SMTP server, all on 127.0.0.1.
+ * Each describe has its own database and workers with the configuration it
+ * needs, so that no job scheduled by one can be run under another's settings.
+ */
+
+type Stack = { t: TestApp; workers: Workers };
+
+/** Servers to close once the whole file is done (after every describe stopped its workers), newest first. */
+const cleanups: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/**
+ * A test database and workers configured by `environment` (BASE_URL is always
+ * the test one), read when the describe starts: after its earlier beforeAll
+ * hooks, so it can name the ports of servers they started.
+ */
+function stackWith(environment: () => Record<string, string>): { current: () => Stack } {
+  let stack: Stack | undefined;
+  beforeAll(async () => {
+    const t = await startTestApp();
+    const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, ...environment() }), t.database, testSecretsKey, pino({ level: 'silent' }));
+    stack = { t, workers };
+  });
+  afterAll(async () => {
+    await stack?.workers.stop();
+    await stack?.t.close();
+  });
+  return { current: () => stack! };
+}
+
+async function receiver(): Promise<Receiver> {
+  const started = await startReceiver();
+  cleanups.push(() => started.close());
+  return started;
+}
+
+/** A node:http server on 127.0.0.1 (closed, with its connections, after the file). */
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  );
+  return (server.address() as AddressInfo).port;
+}
+
+/** Whether `localhost` is resolved from /etc/hosts before any DNS server is asked. */
+function localhostFromHostsFile(): boolean {
+  const read = (file: string) => {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {
+      return undefined;
+    }
+  };
+  const hosts = read('/etc/hosts') ?? '';
+  const mapped = hosts.split('\n').some((line) => /^\s*(127\.\d+\.\d+\.\d+|::1)\s+(.*\s)?localhost(\s|$)/.test(line.replace(/#.*/, '') + ' '));
+  const order = /^hosts:\s*(.*)$/m.exec(read('/etc/nsswitch.conf') ?? 'hosts: files dns')?.[1]?.split(/\s+/) ?? [];
+  return mapped && order[0] === 'files';
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+type SubscribeOptions = { header?: string[]; contact?: string };
+
+async function subscribe(t: TestApp, criteria: string, endpoint: string, { header = ['secret: top-secret'], contact = 'ops@example.org' }: SubscribeOptions = {}) {
+  const response = await t.fhir('POST', '/Subscription', {
+    resourceType: 'Subscription',
+    status: 'requested',
+    criteria,
+    reason: 'test',
+    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header },
+    contact: [{ system: 'email', value: contact }],
+  });
+  expect(response.statusCode).toBe(201);
+  return response.json<{ id: string }>();
+}
+
+type State = { status: string; error: string | null; failure_count: number };
+
+async function statusOf(t: TestApp, id: string): Promise<State> {
+  const { rows } = await t.database.pool.query<State>('SELECT status, error, failure_count FROM webhook.subscriptions WHERE id = $1', [id]);
+  return rows[0]!;
+}
+
+const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 10_000) =>
+  waitFor(async () => ((await statusOf(t, id)).status === status ? true : undefined), timeoutMs, `status ${status}`);
+
+type Attempt = { kind: string; attempt: number; outcome: string; http_status: number | null; error: string | null; resource_id: string | null; duration_ms: number };
+
+async function attemptsOf(t: TestApp, id: string): Promise<Attempt[]> {
+  const { rows } = await t.database.pool.query<Attempt>(
+    `SELECT kind, attempt, outcome, http_status, error, resource_id, duration_ms FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY id`,
+    [id],
+  );
+  return rows;
+}
+
+describe('SSRF guard on (WEBHOOK_ALLOW_PRIVATE_NETWORKS unset)', () => {
+  const stack = stackWith(() => ({ DELIVERY_RETRY_DELAYS_MS: '50,50' }));
+
+  it('never reaches a loopback receiver: the handshake is recorded as failed and the subscription is in error with the reason', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Practitioner?active=true', endpoint.url);
+    await untilStatus(t, id, 'error');
+
+    const { error } = await statusOf(t, id);
+    expect(error).toMatch(/^Handshake failed: /);
+    expect(error).toContain('refused to connect to 127.0.0.1 (loopback)');
+    expect(error).toContain(endpoint.url);
+    // A refused address is permanent: one attempt, no retry.
+    expect(await attemptsOf(t, id)).toEqual([
+      { kind: 'handshake', attempt: 1, outcome: 'failed', http_status: null, error: expect.stringContaining('refused to connect to 127.0.0.1 (loopback)'), resource_id: null, duration_ms: expect.any(Number) },
+    ]);
+    await sleep(300);
+    expect(endpoint.calls).toHaveLength(0);
+  });
+
+  // Only where the hosts file answers for localhost: a lookup must never reach a DNS server off loopback.
+  it.skipIf(!localhostFromHostsFile())('refuses a host name that resolves to loopback too (the lookup path, not only IP literals)', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const byName = endpoint.url.replace('127.0.0.1', 'localhost');
+    const { id } = await subscribe(t, 'Practitioner?active=false', byName);
+    await untilStatus(t, id, 'error');
+    expect((await statusOf(t, id)).error).toMatch(/refused to connect to (127\.0\.0\.1|::1) \(loopback\)/);
+    expect(await attemptsOf(t, id)).toMatchObject([{ kind: 'handshake', attempt: 1, outcome: 'failed', http_status: null }]);
+    expect(endpoint.calls).toHaveLength(0);
+  });
+});
+
+/** A client-credentials token endpoint on 127.0.0.1 that answers with `answer` and records each form. */
+async function startTokenEndpoint(answer: (calls: number) => { status: number; body: unknown }) {
+  const forms: URLSearchParams[] = [];
+  const server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      forms.push(new URLSearchParams(Buffer.concat(chunks).toString('utf8')));
+      const { status, body } = answer(forms.length);
+      response.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+  });
+  const port = await listen(server);
+  return { url: `http://127.0.0.1:${port}/oauth2/token`, forms };
+}
+
+const clientId = 'webhook-dispatcher';
+const clientSecret = 'client-secret-that-must-not-leak';
+
+const oauthEnvironment = (tokenUrl: string) => ({
+  WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+  DELIVERY_RETRY_DELAYS_MS: '50,50',
+  OAUTH_TOKEN_URL: tokenUrl,
+  OAUTH_CLIENT_ID: clientId,
+  OAUTH_CLIENT_SECRET: clientSecret,
+});
+
+describe('OAuth client credentials', () => {
+  let tokenEndpoint: Awaited<ReturnType<typeof startTokenEndpoint>>;
+  beforeAll(async () => {
+    tokenEndpoint = await startTokenEndpoint((n) => ({ status: 200, body: { access_token: `token-${n}`, token_type: 'Bearer', expires_in: 3600 } }));
+  });
+  const stack = stackWith(() => oauthEnvironment(tokenEndpoint.url));
+
+  it('sends the bearer token on the handshake and the notification, replacing the client Authorization; one token request for both', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Appointment?status=booked', endpoint.url, { header: ['secret: top-secret', 'Authorization: Basic xyz'] });
+    const [handshake] = await endpoint.waitForCalls(1);
+    expect(handshake!.json).toMatchObject({ resourceType: 'Bundle', type: 'history' });
+    // Node keeps the first of duplicate Authorization headers: had the client's one been sent too, it would show here.
+    expect(handshake!.headers.authorization).toBe('Bearer token-1');
+    await untilStatus(t, id, 'active');
+
+    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'booked', participant: [] })).json();
+    const [, notification] = await endpoint.waitForCalls(2);
+    expect(notification!.json).toEqual(created);
+    expect(notification!.headers.authorization).toBe('Bearer token-1');
+    expect(notification!.headers.secret).toBe('top-secret');
+
+    expect(tokenEndpoint.forms.map((form) => Object.fromEntries(form))).toEqual([{ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }]);
+  });
+});
+
+describe('OAuth token endpoint failing', () => {
+  let tokenEndpoint: Awaited<ReturnType<typeof startTokenEndpoint>>;
+  beforeAll(async () => {
+    tokenEndpoint = await startTokenEndpoint(() => ({ status: 500, body: { error: 'server_error' } }));
+  });
+  const stack = stackWith(() => oauthEnvironment(tokenEndpoint.url));
+
+  it('a 500 from the token endpoint fails the handshake attempt with "OAuth token endpoint answered HTTP 500" and the subscriber is never called', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Appointment?status=cancelled', endpoint.url, { header: ['secret: top-secret', 'Authorization: Basic xyz'] });
+
+    const [first] = await waitFor(async () => {
+      const attempts = await attemptsOf(t, id);
+      return attempts.length > 0 ? attempts : undefined;
+    });
+    expect(first).toMatchObject({ kind: 'handshake', attempt: 1, outcome: 'retrying', http_status: null });
+    expect(first!.error).toMatch(/^OAuth token endpoint answered HTTP 500/);
+    expect(first!.error).toContain('HTTP 500');
+
+    // A token failure is retryable; once the retries are used up the handshake has failed.
+    await untilStatus(t, id, 'error', 15_000);
+    const attempts = await attemptsOf(t, id);
+    expect(attempts.map(({ attempt, outcome }) => [attempt, outcome])).toEqual([
+      [1, 'retrying'],
+      [2, 'retrying'],
+      [3, 'failed'],
+    ]);
+    for (const attempt of attempts) {
+      expect(attempt.error).toMatch(/^OAuth token endpoint answered HTTP 500/);
+      expect(attempt.error).not.toContain(clientSecret);
+    }
+    expect((await statusOf(t, id)).error).toMatch(/^Handshake failed: OAuth token endpoint answered HTTP 500/);
+    expect((await statusOf(t, id)).error).not.toContain(' from http');
+    // A failure is not cached: every attempt asked again.
+    expect(tokenEndpoint.forms).toHaveLength(3);
+    expect(endpoint.calls).toHaveLength(0);
+  });
+});
+
+describe('429 with Retry-After', () => {
+  const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '50,50' }));
+
+  it('is retried no sooner than Retry-After says, then delivered; failure_count goes back to 0', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Encounter?status=planned', endpoint.url);
+    await untilStatus(t, id, 'active');
+
+    const arrivals: number[] = [];
+    endpoint.answer = () => {
+      arrivals.push(Date.now());
+      return arrivals.length === 1 ? { status: 429, headers: { 'Retry-After': '1' } } : { status: 200 };
+    };
+    const created = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned', class: { code: 'AMB' } })).json();
+    await endpoint.waitForCalls(2);
+    await waitFor(async () => ((await statusOf(t, id)).failure_count === 1 ? true : undefined), 5_000, 'failure_count 1');
+
+    const calls = await endpoint.waitForCalls(3, 10_000);
+    expect(calls[2]!.json).toEqual(created);
+    // The retry was scheduled after the 429 answer came back, so at least 1 s after it arrived.
+    expect(arrivals[1]! - arrivals[0]!).toBeGreaterThanOrEqual(990);
+    await waitFor(async () => ((await statusOf(t, id)).failure_count === 0 ? true : undefined), 5_000, 'failure_count 0');
+    expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
+    expect((await attemptsOf(t, id)).filter((row) => row.kind === 'notification')).toMatchObject([
+      { attempt: 1, outcome: 'retrying', http_status: 429, error: 'HTTP 429', resource_id: created.id },
+      { attempt: 2, outcome: 'delivered', http_status: 200, error: null, resource_id: created.id },
+    ]);
+  });
+});
+
+describe('response timeout', () => {
+  const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '50,50', DELIVERY_RESPONSE_TIMEOUT_MS: '500' }));
+
+  it('a receiver that does not answer in time is a retryable failure; the retry is delivered when it answers', async () => {
+    const { t } = stack.current();
+    const calls: { json: { resourceType?: string; id?: string } }[] = [];
+    const held: ServerResponse[] = [];
+    const server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType?: string; id?: string };
+        calls.push({ json });
+        // The first notification (the call after the handshake) gets no answer at all.
+        if (calls.length === 2) held.push(response);
+        else response.writeHead(200).end('ok');
+      });
+    });
+    const endpointUrl = `http://127.0.0.1:${await listen(server)}/hook`;
+    const { id } = await subscribe(t, 'Encounter?status=arrived', endpointUrl);
+    await untilStatus(t, id, 'active');
+
+    const created = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'arrived', class: { code: 'AMB' } })).json();
+    await waitFor(() => (calls.length >= 3 ? true : undefined), 10_000, 'the retry');
+    expect(calls.map(({ json }) => json.id)).toEqual([expect.any(String), created.id, created.id]);
+    await waitFor(async () => ((await attemptsOf(t, id)).some((row) => row.outcome === 'delivered' && row.kind === 'notification') ? true : undefined));
+
+    const notifications = (await attemptsOf(t, id)).filter((row) => row.kind === 'notification');
+    expect(notifications).toMatchObject([
+      { attempt: 1, outcome: 'retrying', http_status: null, resource_id: created.id },
+      { attempt: 2, outcome: 'delivered', http_status: 200, error: null, resource_id: created.id },
+    ]);
+    expect(notifications[0]!.error).toContain('response timeout');
+    expect(notifications[0]!.duration_ms).toBeGreaterThanOrEqual(450);
+    expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
+    for (const response of held) response.destroy();
+  });
+});
+
+type Mail = { rcptTo: string[]; raw: string };
+
+/** A real SMTP server on 127.0.0.1, without TLS or reverse lookups, keeping what it takes. */
+async function startSmtpServer(): Promise<{ url: string; received: Mail[] }> {
+  const received: Mail[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS'],
+    // Its reverse lookup of 127.0.0.1 would ask the system's DNS servers, off loopback.
+    disableReverseLookup: true,
+    logger: false,
+    onData(stream, session, callback) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+      stream.on('end', () => {
+        received.push({ rcptTo: session.envelope.rcptTo.map((to) => to.address), raw: Buffer.concat(chunks).toString('utf8') });
+        callback(null);
+      });
+    },
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(() => new Promise<void>((resolve) => server.close(resolve)));
+  return { url: `smtp://127.0.0.1:${(server.server.address() as AddressInfo).port}`, received };
+}
+
+/** The body of a message decoded from its transfer encoding, with \n for the wire's CRLF. */
+function bodyOf(raw: string): { headers: string; body: string } {
+  const end = raw.indexOf('\r\n\r\n');
+  const headers = raw.slice(0, end).replace(/\r\n(?=[ \t])/g, '');
+  const encoding = /^content-transfer-encoding:\s*(\S+)/im.exec(headers)?.[1]?.toLowerCase();
+  const encoded = raw.slice(end + 4);
+  let body = encoded;
+  if (encoding === 'base64') body = Buffer.from(encoded, 'base64').toString('utf8');
+  if (encoding === 'quoted-printable') {
+    const bytes = encoded.replace(/=\r\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+    body = Buffer.from(bytes, 'latin1').toString('utf8');
+  }
+  return { headers, body: body.replace(/\r\n/g, '\n') };
+}
+
+describe('deactivation alert by e-mail', () => {
+  let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
+  beforeAll(async () => {
+    smtp = await startSmtpServer();
+  });
+  const stack = stackWith(() => ({
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+    DELIVERY_RETRY_DELAYS_MS: '50,50',
+    DELIVERY_MAX_FAILURES: '3',
+    SMTP_URL: smtp.url,
+    ALERT_EMAIL_FROM: 'webhooks@fhir.test',
+  }));
+
+  it('after the third failure, mails the contact the criteria, endpoint, HTTP status and the undelivered resource link, and no header value', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const criteria = 'Encounter?status=finished';
+    const { id } = await subscribe(t, criteria, endpoint.url, {
+      header: ['secret: do-not-mail-this-secret', 'X-Api-Token: do-not-mail-this-token'],
+      contact: 'oncall@example.org',
+    });
+    await untilStatus(t, id, 'active');
+    endpoint.answer = () => ({ status: 503 });
+
+    const created = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'finished', class: { code: 'AMB' } })).json();
+    await untilStatus(t, id, 'error', 15_000);
+    const alert = await waitFor(async () => {
+      const { rows } = await t.database.pool.query(`SELECT recipients, handled_as FROM webhook.deactivation_alerts WHERE subscription_id = $1`, [id]);
+      return rows[0]?.handled_as ? rows : undefined;
+    });
+    expect(alert).toEqual([{ recipients: ['oncall@example.org'], handled_as: 'sent' }]);
+    // Handshake plus the three failed attempts.
+    expect(endpoint.calls).toHaveLength(4);
+
+    await sleep(300);
+    expect(smtp.received).toHaveLength(1);
+    const [mail] = smtp.received;
+    expect(mail!.rcptTo).toEqual(['oncall@example.org']);
+    const { headers, body } = bodyOf(mail!.raw);
+    expect(headers).toContain(`Subject: Webhook deactivated: ${criteria}`);
+    expect(body).toContain(`Criteria:             ${criteria}\n`);
+    expect(body).toContain(`Endpoint:             ${endpoint.url}\n`);
+    expect(body).toContain('HTTP status:          503\n');
+    expect(body).toContain(`Undelivered resource: ${baseUrl}/fhir/resources/Encounter/${created.id}\n`);
+    expect(body).toContain(`Subscription:         ${id}\n`);
+    for (const text of [mail!.raw, body]) {
+      expect(text).not.toContain('do-not-mail-this-secret');
+      expect(text).not.toContain('do-not-mail-this-token');
+    }
+  });
+});
+
+describe('delivery log', () => {
+  const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_LOG_RETENTION_DAYS: '30' }));
+
+  it('the cleanup job deletes the attempts older than the retention and keeps the others', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Patient?active=true', endpoint.url);
+    await untilStatus(t, id, 'active');
+    const insert = (daysAgo: number, resourceId: string) =>
+      t.database.pool.query(
+        `INSERT INTO webhook.delivery_attempts (subscription_id, kind, resource_type, resource_id, version_id, attempt, started_at, duration_ms, http_status, outcome)
+         VALUES ($1, 'notification', 'Patient', $2, 1, 1, now() - make_interval(days => $3), 12, 200, 'delivered')`,
+        [id, resourceId, daysAgo],
+      );
+    await insert(40, 'old');
+    await insert(29, 'recent');
+
+    const { rows: jobs } = await t.database.pool.query<{ id: string }>(`SELECT id FROM graphile_worker.add_job('delivery_log_cleanup')`);
+    // A job that succeeded is deleted; one that failed stays, with its error.
+    await waitFor(async () => {
+      const { rowCount } = await t.database.pool.query('SELECT 1 FROM graphile_worker.jobs WHERE id = $1', [jobs[0]!.id]);
+      return rowCount === 0 ? true : undefined;
+    });
+    const remaining = await attemptsOf(t, id);
+    expect(remaining.map((row) => [row.kind, row.resource_id])).toEqual([
+      ['handshake', null],
+      ['notification', 'recent'],
+    ]);
+  });
+
+  it('the webhook.delivery_log view shows each attempt with its subscription criteria and endpoint', async () => {
+    const { t } = stack.current();
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Patient?gender=female', endpoint.url);
+    await untilStatus(t, id, 'active');
+    const created = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', gender: 'female' })).json();
+    await endpoint.waitForCalls(2);
+    const rows = await waitFor(async () => {
+      const { rows } = await t.database.pool.query(
+        `SELECT kind, outcome, http_status, attempt, resource_type, resource_id, version_id, subscription_id, criteria, endpoint, subscription_status, failure_count
+         FROM webhook.delivery_log WHERE subscription_id = $1 ORDER BY started_at`,
+        [id],
+      );
+      return rows.length === 2 ? rows : undefined;
+    });
+    const common = { subscription_id: id, criteria: 'Patient?gender=female', endpoint: endpoint.url, subscription_status: 'active', failure_count: 0, http_status: 200, outcome: 'delivered', attempt: 1 };
+    expect(rows).toEqual([
+      { ...common, kind: 'handshake', resource_type: null, resource_id: null, version_id: null },
+      { ...common, kind: 'notification', resource_type: 'Patient', resource_id: created.id, version_id: 1 },
+    ]);
+  });
+});

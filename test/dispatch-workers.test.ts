@@ -1,0 +1,227 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startReceiver, waitFor } from './support/receiver.ts';
+
+/**
+ * The dispatcher under load: a bulk SQL insert fanned out to 20,000
+ * deliveries, and two worker processes sharing one database's queue.
+ */
+
+/** Things to close after each test, newest first. */
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function subscribe(t: TestApp, criteria: string, endpoint: string) {
+  const response = await t.fhir('POST', '/Subscription', {
+    resourceType: 'Subscription',
+    status: 'requested',
+    criteria,
+    reason: 'test',
+    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header: ['secret: top-secret'] },
+  });
+  expect(response.statusCode).toBe(201);
+  return response.json<{ id: string }>();
+}
+
+async function untilActive(t: TestApp, id: string, timeoutMs = 20_000): Promise<void> {
+  await waitFor(
+    async () => {
+      const { rows } = await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id]);
+      return rows[0]?.status === 'active' ? true : undefined;
+    },
+    timeoutMs,
+    'status active',
+  );
+}
+
+/** Until graphile-worker holds no job at all (a failed job would stay, with its error). */
+async function untilQueueEmpty(t: TestApp, timeoutMs: number): Promise<void> {
+  await waitFor(
+    async () => {
+      const { rows } = await t.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM graphile_worker.jobs');
+      return rows[0]!.count === 0 ? true : undefined;
+    },
+    timeoutMs,
+    'an empty job queue',
+  );
+}
+
+/** How many times each id was delivered, for the ids that were delivered more or less than once. */
+function notExactlyOnce(delivered: readonly string[], expected: readonly string[]): Record<string, number> {
+  const counts = new Map<string, number>(expected.map((id) => [id, 0]));
+  for (const id of delivered) counts.set(id, (counts.get(id) ?? 0) + 1);
+  return Object.fromEntries([...counts].filter(([, count]) => count !== 1));
+}
+
+const bulkIds = (prefix: string, count: number) => Array.from({ length: count }, (_, index) => `${prefix}-${index + 1}`);
+
+describe('a 20,000-row SQL insert', () => {
+  it('delivers each matching resource exactly once', { timeout: 180_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    const concurrency = 32;
+    // As the service sizes its pool: a connection for every job in flight, and some to spare.
+    const database: DatabaseHandle = connectDatabase(t.database.url, () => undefined, concurrency + 10);
+    cleanups.push(() => database.close());
+    const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', WORKER_CONCURRENCY: String(concurrency) });
+    const workers: Workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }));
+    cleanups.push(() => workers.stop());
+    const endpoint = await startReceiver();
+    cleanups.push(() => endpoint.close());
+
+    const { id } = await subscribe(t, 'Observation?status=final', endpoint.url);
+    await untilActive(t, id);
+    await endpoint.waitForCalls(1);
+
+    const count = 20_000;
+    const started = performance.now();
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'bulk-' || n, 'status', 'final', 'code', jsonb_build_object('text', 'load ' || n))
+       FROM generate_series(1, $1::int) AS n`,
+      [count],
+    );
+    const inserted = performance.now();
+    await endpoint.waitForCalls(1 + count, 150_000);
+    const delivered = performance.now();
+    console.log(
+      `${count} rows: insert ${Math.round(inserted - started)} ms, all delivered ${Math.round(delivered - started)} ms after it began ` +
+        `(${Math.round(count / ((delivered - started) / 1000))} deliveries/s, concurrency ${concurrency})`,
+    );
+    await untilQueueEmpty(t, 30_000);
+
+    const notifications = endpoint.calls.slice(1);
+    expect(notifications).toHaveLength(count);
+    expect(notifications.every((call) => call.json.resourceType === 'Observation')).toBe(true);
+    expect(notExactlyOnce(notifications.map((call) => call.json.id as string), bulkIds('bulk', count))).toEqual({});
+    const { rows } = await t.database.pool.query(
+      `SELECT outcome, attempt, count(*)::int AS count FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification' GROUP BY 1, 2`,
+      [id],
+    );
+    expect(rows).toEqual([{ outcome: 'delivered', attempt: 1, count }]);
+  });
+});
+
+type Child = { process: ChildProcess; exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; output: () => string };
+
+describe('two worker processes on one database', () => {
+  const perProcessConcurrency = 8;
+  const children: Child[] = [];
+  afterAll(() => {
+    // Whatever a failed test left running.
+    for (const child of children) if (child.process.exitCode === null && child.process.signalCode === null) child.process.kill('SIGKILL');
+  });
+
+  function spawnWorker(databaseUrl: string): Child {
+    // Vitest puts Vite's BASE_URL ('/') into process.env; the worker must not inherit it, nor the test database variables.
+    const { DATABASE_URL: _database, TEST_DATABASE_URL: _testDatabase, BASE_URL: _viteBase, ...environment } = process.env;
+    const child = spawn(process.execPath, ['src/cli.ts', 'worker'], {
+      env: {
+        ...environment,
+        DATABASE_URL: databaseUrl,
+        SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
+        BASE_URL: baseUrl,
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+        MIGRATE_ON_START: 'false',
+        LOG_LEVEL: 'warn',
+        WORKER_CONCURRENCY: String(perProcessConcurrency),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    const started = { process: child, exited, output: () => output };
+    children.push(started);
+    return started;
+  }
+
+  it('share the deliveries: each resource delivered exactly once, both processes working, both exiting 0 on SIGTERM', { timeout: 120_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+
+    // Answers after a short pause, so that jobs pile up in flight: more than one
+    // process's concurrency in flight at once proves both processes deliver.
+    const delivered: string[] = [];
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const server: Server = createServer((request, response) => {
+      inFlight += 1;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string; id: string };
+        if (json.resourceType === 'Observation') delivered.push(json.id);
+        setTimeout(() => {
+          inFlight -= 1;
+          response.writeHead(200).end('ok');
+        }, 25);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    );
+    const endpointUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+
+    const first = spawnWorker(t.database.url);
+    const second = spawnWorker(t.database.url);
+    // The API runs in this process without workers: the children do the handshake.
+    const { id } = await subscribe(t, 'Observation?status=amended', endpointUrl);
+    await untilActive(t, id, 30_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}\nfirst worker:\n${first.output()}\nsecond worker:\n${second.output()}`);
+    });
+
+    const count = 2_000;
+    const started = performance.now();
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'multi-' || n, 'status', 'amended', 'code', jsonb_build_object('text', 'load ' || n))
+       FROM generate_series(1, $1::int) AS n`,
+      [count],
+    );
+
+    // Stop one process midway: it finishes the jobs it holds and leaves the rest to the other.
+    await waitFor(() => (delivered.length >= count / 4 ? true : undefined), 60_000, `${count / 4} deliveries`);
+    first.process.kill('SIGTERM');
+    expect(await first.exited).toEqual({ code: 0, signal: null });
+    const deliveredWhenFirstStopped = delivered.length;
+
+    await waitFor(() => (delivered.length >= count ? true : undefined), 60_000, `${count} deliveries`);
+    console.log(
+      `${count} deliveries by two processes in ${Math.round(performance.now() - started)} ms; at most ${maxInFlight} in flight; ` +
+        `${deliveredWhenFirstStopped} delivered when the first one stopped`,
+    );
+    await untilQueueEmpty(t, 30_000);
+    second.process.kill('SIGTERM');
+    expect(await second.exited).toEqual({ code: 0, signal: null });
+
+    expect(delivered).toHaveLength(count);
+    expect(notExactlyOnce(delivered, bulkIds('multi', count))).toEqual({});
+    expect(deliveredWhenFirstStopped).toBeLessThan(count);
+    // One process has at most WORKER_CONCURRENCY deliveries in flight.
+    expect(maxInFlight).toBeGreaterThan(perProcessConcurrency);
+    const { rows } = await t.database.pool.query(
+      `SELECT outcome, attempt, count(*)::int AS count FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification' GROUP BY 1, 2`,
+      [id],
+    );
+    expect(rows).toEqual([{ outcome: 'delivered', attempt: 1, count }]);
+    expect(first.output()).toBe('');
+    expect(second.output()).toBe('');
+  });
+});
