@@ -183,6 +183,8 @@ async function handshake(context: DispatchContext, { subscriptionId, attempt = 1
  */
 async function reactivate(context: DispatchContext, event: ResourceEvent): Promise<void> {
   const target = await loadTarget(context, event.subscriptionId);
+  // Reactivated meanwhile (by an earlier event's job): this event is delivered like any other.
+  if (target?.status === 'active') return enqueue(context.db, 'notification_delivery', { ...event, attempt: 1 });
   if (target?.status !== 'error') return;
   const result = await call(context, target, handshakeBundle(context, target));
   await context.db.transaction().execute(async (db) => {
