@@ -224,12 +224,16 @@ async function deliver(context: DispatchContext, event: ResourceEvent): Promise<
     return;
   }
   const result = await call(context, target, body);
+  if (result.verdict === 'delivered') {
+    // The common path in one statement, one commit: the reset of the failure count and the record.
+    await context.db
+      .with('reset', (db) => db.updateTable('webhook.subscriptions').set({ failure_count: 0 }).where('id', '=', target.id).where('failure_count', '>', 0))
+      .insertInto('webhook.delivery_attempts')
+      .values(attemptRecord(target.id, 'notification', event, attempt, result, 'delivered'))
+      .execute();
+    return;
+  }
   await context.db.transaction().execute(async (db) => {
-    if (result.verdict === 'delivered') {
-      await db.updateTable('webhook.subscriptions').set({ failure_count: 0 }).where('id', '=', target.id).where('failure_count', '>', 0).execute();
-      await recordAttempt(db, target.id, 'notification', event, attempt, result, 'delivered');
-      return;
-    }
     const counted = await db
       .updateTable('webhook.subscriptions')
       .set((eb) => ({ failure_count: eb('failure_count', '+', 1) }))
@@ -359,23 +363,31 @@ async function recordAttempt(
   result: CallResult,
   outcome: 'delivered' | 'retrying' | 'failed',
 ): Promise<void> {
-  await db
-    .insertInto('webhook.delivery_attempts')
-    .values({
-      subscription_id: subscriptionId,
-      kind,
-      resource_type: event?.resourceType ?? null,
-      resource_id: event?.resourceId ?? null,
-      version_id: event?.versionId ?? null,
-      attempt,
-      started_at: result.startedAt,
-      duration_ms: result.durationMs,
-      http_status: result.httpStatus ?? null,
-      outcome,
-      error: result.error ?? null,
-      response_excerpt: result.responseExcerpt ?? null,
-    })
-    .execute();
+  await db.insertInto('webhook.delivery_attempts').values(attemptRecord(subscriptionId, kind, event, attempt, result, outcome)).execute();
+}
+
+function attemptRecord(
+  subscriptionId: string,
+  kind: 'handshake' | 'notification',
+  event: ResourceEvent | undefined,
+  attempt: number,
+  result: CallResult,
+  outcome: 'delivered' | 'retrying' | 'failed',
+) {
+  return {
+    subscription_id: subscriptionId,
+    kind,
+    resource_type: event?.resourceType ?? null,
+    resource_id: event?.resourceId ?? null,
+    version_id: event?.versionId ?? null,
+    attempt,
+    started_at: result.startedAt,
+    duration_ms: result.durationMs,
+    http_status: result.httpStatus ?? null,
+    outcome,
+    error: result.error ?? null,
+    response_excerpt: result.responseExcerpt ?? null,
+  };
 }
 
 function describe(result: CallResult, endpoint: string): string {
