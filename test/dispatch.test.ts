@@ -97,6 +97,20 @@ describe('handshake', () => {
   });
 });
 
+describe('network failures', () => {
+  it('a refused connection on every attempt puts the subscription in error, with the network error as reason', async () => {
+    const closed = await receiver();
+    const url = closed.url;
+    await closed.close();
+    const { id } = await subscribe('Practitioner?gender=female', url);
+    await untilStatus(id, 'error');
+    const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status, error FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
+    expect(rows.map((row: { outcome: string }) => row.outcome)).toEqual(['retrying', 'retrying', 'failed']);
+    for (const row of rows) expect(row).toMatchObject({ http_status: null, error: expect.stringContaining('ECONNREFUSED') });
+    expect((await statusOf(id)).error).toMatch(new RegExp(`^Handshake failed: .*ECONNREFUSED.* from ${url.replace(/[.?]/g, '\\$&')}$`));
+  });
+});
+
 describe('notifications', () => {
   it('delivers the matching resource version, signed, with the channel headers', async () => {
     const endpoint = await receiver();
@@ -130,6 +144,24 @@ describe('notifications', () => {
       entry: [
         { resource: { id: created.id }, search: { mode: 'match' } },
         { resource: { resourceType: 'Patient', id: 'inc-p' }, search: { mode: 'include' } },
+      ],
+    });
+  });
+
+  it('delivers a searchset Bundle with the referring resources for _revinclude criteria', async () => {
+    const endpoint = await receiver();
+    await t.fhir('PUT', '/Encounter/rev-e', { resourceType: 'Encounter', id: 'rev-e', status: 'finished', class: { code: 'AMB' }, subject: { reference: 'Patient/rev-p' } });
+    const { id } = await subscribe('Patient?family=Revincluded&_revinclude=Encounter:subject', endpoint.url);
+    await untilStatus(id, 'active');
+    await t.fhir('PUT', '/Patient/rev-p', { resourceType: 'Patient', id: 'rev-p', name: [{ family: 'Revincluded' }] });
+    const [, call] = await endpoint.waitForCalls(2);
+    expect(call!.json).toMatchObject({
+      resourceType: 'Bundle',
+      type: 'searchset',
+      total: 1,
+      entry: [
+        { resource: { resourceType: 'Patient', id: 'rev-p' }, search: { mode: 'match' } },
+        { resource: { resourceType: 'Encounter', id: 'rev-e' }, search: { mode: 'include' } },
       ],
     });
   });
