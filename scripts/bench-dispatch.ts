@@ -40,10 +40,10 @@ import pg from 'pg';
 import pino from 'pino';
 import { loadConfig } from '../src/config/index.ts';
 import { connectDatabase } from '../src/db/database.ts';
-import { applyMigrations } from '../src/db/migrations.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
+import { createScratchDatabase } from './support/scratch-database.ts';
 
 const rows = Number(process.argv[2] ?? 20_000);
 const rounds = Number(process.argv[3] ?? 3);
@@ -522,19 +522,13 @@ function report(server: Server, baselineRss: number, runs: BatchResult[], latenc
 // --- main ---------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const { serverUrl, stop } = await server();
-  const name = `fhir_webhooks_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
+  const scratch = await createScratchDatabase();
+  const url = new URL(scratch.url);
   const { child, port } = await startReceiver();
   const maintenance = connectDatabase(url.toString(), (error) => console.error(error), 2);
   const writer = new pg.Client({ connectionString: url.toString() });
   let ok: boolean;
   try {
-    await applyMigrations(maintenance.pool);
     await writer.connect();
     const setup: Setup = { url: url.toString(), secretsKey: randomBytes(32), writer, maintenance: maintenance.pool };
     const box = createSecretBox(setup.secretsKey);
@@ -578,19 +572,9 @@ async function main(): Promise<void> {
     await writer.end().catch(() => undefined);
     // Kysely ends only a pool it has used (it was not): end it directly.
     await maintenance.pool.end();
-    await admin.query(`DROP DATABASE ${name} WITH (FORCE)`);
-    await admin.end();
-    await stop();
+    await scratch.drop();
   }
   if (!ok) process.exitCode = 1;
-}
-
-async function server(): Promise<{ serverUrl: string; stop: () => Promise<void> }> {
-  if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
-  const { startTemporaryEmbeddedPostgres } = await import('../src/db/embedded.ts');
-  const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
-  const embedded = await startTemporaryEmbeddedPostgres(quiet);
-  return { serverUrl: embedded.adminUrl, stop: embedded.stop };
 }
 
 if (process.env.BENCH_DISPATCH_ROLE === 'receiver') runReceiver();

@@ -7,10 +7,8 @@
  *
  *   node scripts/bench-resource-load.ts [rows] [rounds]
  */
-import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { connectDatabase } from '../src/db/database.ts';
-import { applyMigrations } from '../src/db/migrations.ts';
+import { createScratchDatabase } from './support/scratch-database.ts';
 
 const rows = Number(process.argv[2] ?? 20_000);
 const rounds = Number(process.argv[3] ?? 5);
@@ -38,16 +36,9 @@ const statements = {
 };
 
 async function main(): Promise<void> {
-  const { serverUrl, stop } = await server();
-  const name = `fhir_webhooks_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  const { pool } = connectDatabase(url.toString(), (error) => console.error(error));
+  const scratch = await createScratchDatabase();
+  const { pool } = connectDatabase(scratch.url, (error) => console.error(error));
   try {
-    await applyMigrations(pool);
     await pool.query(`CREATE TABLE plain_resources (LIKE fhir.resources INCLUDING ALL)`);
     const timings: Record<string, number[]> = {};
     for (let round = 0; round < rounds; round++) {
@@ -71,18 +62,8 @@ async function main(): Promise<void> {
     }
   } finally {
     await pool.end();
-    await admin.query(`DROP DATABASE ${name}`);
-    await admin.end();
-    await stop();
+    await scratch.drop();
   }
-}
-
-async function server(): Promise<{ serverUrl: string; stop: () => Promise<void> }> {
-  if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
-  const { startTemporaryEmbeddedPostgres } = await import('../src/db/embedded.ts');
-  const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
-  const embedded = await startTemporaryEmbeddedPostgres(quiet);
-  return { serverUrl: embedded.adminUrl, stop: embedded.stop };
 }
 
 await main();

@@ -20,15 +20,14 @@
  *
  *   node scripts/bench-search.ts [appointments] [bulk rows] [rounds] [runs per query]
  */
-import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
-import pg from 'pg';
+import type pg from 'pg';
 import { connectDatabase } from '../src/db/database.ts';
-import { applyMigrations } from '../src/db/migrations.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { compileFilters } from '../src/search/jsonpath.ts';
 import { parseSearchQuery } from '../src/search/query.ts';
 import { searchResources } from '../src/search/search.ts';
+import { createScratchDatabase } from './support/scratch-database.ts';
 
 const appointmentCount = Number(process.argv[2] ?? 100_000);
 const bulkRows = Number(process.argv[3] ?? 20_000);
@@ -260,18 +259,11 @@ function outerLoopOf(plan: string | undefined): string {
 type MatchingResult = { label: string; count: number; shape: Shape | null; time: number; matches: number; plan?: string };
 
 async function main(): Promise<void> {
-  const { serverUrl, stop } = await server();
-  const name = `fhir_webhooks_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  const database = connectDatabase(url.toString(), (error) => console.error(error));
+  const scratch = await createScratchDatabase();
+  const database = connectDatabase(scratch.url, (error) => console.error(error));
   const { pool, db } = database;
   const summary: [string, string][] = [];
   try {
-    await applyMigrations(pool);
     const version = (await pool.query<{ server_version: string }>('SHOW server_version')).rows[0]!.server_version;
     const jit = (await pool.query<{ jit: string }>('SHOW jit')).rows[0]!.jit;
     const machine = `${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown CPU'})`;
@@ -378,9 +370,7 @@ async function main(): Promise<void> {
     for (const [label, value] of summary) console.log(`| ${label} | ${value} |`);
   } finally {
     await database.close();
-    await admin.query(`DROP DATABASE ${name}`);
-    await admin.end();
-    await stop();
+    await scratch.drop();
   }
 }
 
@@ -553,14 +543,6 @@ async function breakdown(client: pg.PoolClient, summary: [string, string][]): Pr
   summary.push(['N = 1000 mix, evaluation only, per evaluation (rows outer / subscriptions outer)',
     `${perEvaluation(mixRowsOuter, mixEvaluations).toFixed(2)} / ${perEvaluation(mixSubscriptionsOuter, mixEvaluations).toFixed(2)} µs`]);
   await client.query('RESET jit');
-}
-
-async function server(): Promise<{ serverUrl: string; stop: () => Promise<void> }> {
-  if (process.env.DATABASE_URL) return { serverUrl: process.env.DATABASE_URL, stop: async () => undefined };
-  const { startTemporaryEmbeddedPostgres } = await import('../src/db/embedded.ts');
-  const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
-  const embedded = await startTemporaryEmbeddedPostgres(quiet);
-  return { serverUrl: embedded.adminUrl, stop: embedded.stop };
 }
 
 await main();
