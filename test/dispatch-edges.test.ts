@@ -8,6 +8,7 @@ import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
  * The dispatcher's edges, end to end: real PostgreSQL, graphile-worker, HTTP
@@ -78,31 +79,6 @@ function localhostFromHostsFile(): boolean {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-type SubscribeOptions = { header?: string[]; contact?: string };
-
-async function subscribe(t: TestApp, criteria: string, endpoint: string, { header = ['secret: top-secret'], contact = 'ops@example.org' }: SubscribeOptions = {}) {
-  const response = await t.fhir('POST', '/Subscription', {
-    resourceType: 'Subscription',
-    status: 'requested',
-    criteria,
-    reason: 'test',
-    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header },
-    contact: [{ system: 'email', value: contact }],
-  });
-  expect(response.statusCode).toBe(201);
-  return response.json<{ id: string }>();
-}
-
-type State = { status: string; error: string | null; failure_count: number };
-
-async function statusOf(t: TestApp, id: string): Promise<State> {
-  const { rows } = await t.database.pool.query<State>('SELECT status, error, failure_count FROM webhook.subscriptions WHERE id = $1', [id]);
-  return rows[0]!;
-}
-
-const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 10_000) =>
-  waitFor(async () => ((await statusOf(t, id)).status === status ? true : undefined), timeoutMs, `status ${status}`);
 
 type Attempt = { kind: string; attempt: number; outcome: string; http_status: number | null; error: string | null; resource_id: string | null; duration_ms: number };
 

@@ -8,6 +8,7 @@ import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { startReceiver, waitFor } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
  * The dispatcher under load: a bulk SQL insert fanned out to 20,000
@@ -19,29 +20,6 @@ const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-async function subscribe(t: TestApp, criteria: string, endpoint: string) {
-  const response = await t.fhir('POST', '/Subscription', {
-    resourceType: 'Subscription',
-    status: 'requested',
-    criteria,
-    reason: 'test',
-    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header: ['secret: top-secret'] },
-  });
-  expect(response.statusCode).toBe(201);
-  return response.json<{ id: string }>();
-}
-
-async function untilActive(t: TestApp, id: string, timeoutMs = 20_000): Promise<void> {
-  await waitFor(
-    async () => {
-      const { rows } = await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id]);
-      return rows[0]?.status === 'active' ? true : undefined;
-    },
-    timeoutMs,
-    'status active',
-  );
-}
 
 /** Until graphile-worker holds no job at all (a failed job would stay, with its error). */
 async function untilQueueEmpty(t: TestApp, timeoutMs: number): Promise<void> {
@@ -79,7 +57,7 @@ describe('a 20,000-row SQL insert', () => {
     cleanups.push(() => endpoint.close());
 
     const { id } = await subscribe(t, 'Observation?status=final', endpoint.url);
-    await untilActive(t, id);
+    await untilStatus(t, id, 'active', 20_000);
     await endpoint.waitForCalls(1);
 
     const count = 20_000;
@@ -183,7 +161,7 @@ describe('two worker processes on one database', () => {
     const second = spawnWorker(t.database.url);
     // The API runs in this process without workers: the children do the handshake.
     const { id } = await subscribe(t, 'Observation?status=amended', endpointUrl);
-    await untilActive(t, id, 30_000).catch((error: unknown) => {
+    await untilStatus(t, id, 'active', 30_000).catch((error: unknown) => {
       throw new Error(`${String(error)}\nfirst worker:\n${first.output()}\nsecond worker:\n${second.output()}`);
     });
 

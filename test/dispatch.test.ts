@@ -5,6 +5,7 @@ import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
 let t: TestApp;
 let workers: Workers;
@@ -36,30 +37,10 @@ async function receiver(): Promise<Receiver> {
   return started;
 }
 
-async function subscribe(criteria: string, endpoint: string, header: string[] = ['secret: top-secret']) {
-  const response = await t.fhir('POST', '/Subscription', {
-    resourceType: 'Subscription',
-    status: 'requested',
-    criteria,
-    reason: 'test',
-    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header },
-    contact: [{ system: 'email', value: 'ops@example.org' }],
-  });
-  expect(response.statusCode).toBe(201);
-  return response.json<{ id: string }>();
-}
-
-async function statusOf(id: string): Promise<{ status: string; error: string | null; failure_count: number }> {
-  const { rows } = await t.database.pool.query('SELECT status, error, failure_count FROM webhook.subscriptions WHERE id = $1', [id]);
-  return rows[0];
-}
-
-const untilStatus = (id: string, status: string) => waitFor(async () => ((await statusOf(id)).status === status ? true : undefined), 10_000, `status ${status}`);
-
 describe('handshake', () => {
   it('POSTs a signed history Bundle with a handshake SubscriptionStatus; 2xx makes the subscription active', async () => {
     const endpoint = await receiver();
-    const { id } = await subscribe('Practitioner?active=true', endpoint.url, ['secret: top-secret', 'Authorization: Bearer a:b:c']);
+    const { id } = await subscribe(t, 'Practitioner?active=true', endpoint.url, { header: ['secret: top-secret', 'Authorization: Bearer a:b:c'] });
     const [call] = await endpoint.waitForCalls(1);
     expect(call!.json).toMatchObject({
       resourceType: 'Bundle',
@@ -70,23 +51,23 @@ describe('handshake', () => {
     expect(call!.headers.secret).toBe('top-secret');
     expect(call!.headers.authorization).toBe('Bearer a:b:c');
     expect(await verify('top-secret', call!.body.toString('utf8'), call!.headers['x-hub-signature'] as string)).toBe(true);
-    await untilStatus(id, 'active');
+    await untilStatus(t, id, 'active');
   });
 
   it('a 4xx answer puts the subscription in error with the reason', async () => {
     const endpoint = await receiver();
     endpoint.answer = () => ({ status: 403 });
-    const { id } = await subscribe('Practitioner?active=false', endpoint.url);
-    await untilStatus(id, 'error');
-    expect((await statusOf(id)).error).toBe(`Handshake failed: HTTP 403 from ${endpoint.url}`);
+    const { id } = await subscribe(t, 'Practitioner?active=false', endpoint.url);
+    await untilStatus(t, id, 'error');
+    expect((await statusOf(t, id)).error).toBe(`Handshake failed: HTTP 403 from ${endpoint.url}`);
     expect(endpoint.calls).toHaveLength(1);
   });
 
   it('5xx on every attempt puts it in error after the retries', async () => {
     const endpoint = await receiver();
     endpoint.answer = () => ({ status: 503 });
-    const { id } = await subscribe('Practitioner?gender=male', endpoint.url);
-    await untilStatus(id, 'error');
+    const { id } = await subscribe(t, 'Practitioner?gender=male', endpoint.url);
+    await untilStatus(t, id, 'error');
     expect(endpoint.calls).toHaveLength(3);
     const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
     expect(rows).toEqual([
@@ -102,20 +83,20 @@ describe('network failures', () => {
     const closed = await receiver();
     const url = closed.url;
     await closed.close();
-    const { id } = await subscribe('Practitioner?gender=female', url);
-    await untilStatus(id, 'error');
+    const { id } = await subscribe(t, 'Practitioner?gender=female', url);
+    await untilStatus(t, id, 'error');
     const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status, error FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
     expect(rows.map((row: { outcome: string }) => row.outcome)).toEqual(['retrying', 'retrying', 'failed']);
     for (const row of rows) expect(row).toMatchObject({ http_status: null, error: expect.stringContaining('ECONNREFUSED') });
-    expect((await statusOf(id)).error).toMatch(new RegExp(`^Handshake failed: .*ECONNREFUSED.* from ${url.replace(/[.?]/g, '\\$&')}$`));
+    expect((await statusOf(t, id)).error).toMatch(new RegExp(`^Handshake failed: .*ECONNREFUSED.* from ${url.replace(/[.?]/g, '\\$&')}$`));
   });
 });
 
 describe('notifications', () => {
   it('delivers the matching resource version, signed, with the channel headers', async () => {
     const endpoint = await receiver();
-    const { id } = await subscribe('Appointment?status=booked', endpoint.url, ['secret: s3cr3t', 'X-Trace: a:b=c']);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Appointment?status=booked', endpoint.url, { header: ['secret: s3cr3t', 'X-Trace: a:b=c'] });
+    await untilStatus(t, id, 'active');
     await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [] });
     const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'booked', participant: [] })).json();
     const calls = await endpoint.waitForCalls(2);
@@ -131,8 +112,8 @@ describe('notifications', () => {
   it('delivers a searchset Bundle with the includes for _include criteria', async () => {
     const endpoint = await receiver();
     await t.fhir('PUT', '/Patient/inc-p', { resourceType: 'Patient', id: 'inc-p', name: [{ family: 'Included' }] });
-    const { id } = await subscribe('Appointment?status=arrived&_include=Appointment:patient', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Appointment?status=arrived&_include=Appointment:patient', endpoint.url);
+    await untilStatus(t, id, 'active');
     const created = (
       await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'arrived', participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }] })
     ).json();
@@ -151,8 +132,8 @@ describe('notifications', () => {
   it('delivers a searchset Bundle with the referring resources for _revinclude criteria', async () => {
     const endpoint = await receiver();
     await t.fhir('PUT', '/Encounter/rev-e', { resourceType: 'Encounter', id: 'rev-e', status: 'finished', class: { code: 'AMB' }, subject: { reference: 'Patient/rev-p' } });
-    const { id } = await subscribe('Patient?family=Revincluded&_revinclude=Encounter:subject', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Patient?family=Revincluded&_revinclude=Encounter:subject', endpoint.url);
+    await untilStatus(t, id, 'active');
     await t.fhir('PUT', '/Patient/rev-p', { resourceType: 'Patient', id: 'rev-p', name: [{ family: 'Revincluded' }] });
     const [, call] = await endpoint.waitForCalls(2);
     expect(call!.json).toMatchObject({
@@ -169,8 +150,8 @@ describe('notifications', () => {
   it('delivers deletions tagged DELETE, whatever the non-status filters say', async () => {
     const endpoint = await receiver();
     const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'noshow', start: '2026-01-01T10:00:00Z', participant: [] })).json();
-    const { id } = await subscribe('Appointment?date=lt1900-01-01&status=noshow', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Appointment?date=lt1900-01-01&status=noshow', endpoint.url);
+    await untilStatus(t, id, 'active');
     await t.fhir('DELETE', `/Appointment/${created.id}`);
     const [, call] = await endpoint.waitForCalls(2);
     expect(call!.json).toMatchObject({ resourceType: 'Appointment', id: created.id, meta: { versionId: '2', tag: [{ code: 'DELETE' }] } });
@@ -178,8 +159,8 @@ describe('notifications', () => {
 
   it('delivers nothing for a rolled-back transaction', async () => {
     const endpoint = await receiver();
-    const { id } = await subscribe('Appointment?status=waitlist', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Appointment?status=waitlist', endpoint.url);
+    await untilStatus(t, id, 'active');
     const response = await t.fhir('POST', '/Bundle', {
       resourceType: 'Bundle',
       type: 'transaction',
@@ -197,13 +178,13 @@ describe('notifications', () => {
 describe('failures, deactivation and reactivation', () => {
   it('retries 5xx, deactivates at the third failure, records an alert; the next event reactivates and is delivered', async () => {
     const endpoint = await receiver();
-    const { id } = await subscribe('Encounter?status=planned', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Encounter?status=planned', endpoint.url);
+    await untilStatus(t, id, 'active');
     endpoint.answer = () => ({ status: 500 });
     const failed = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned', class: { code: 'AMB' } })).json();
-    await untilStatus(id, 'error');
+    await untilStatus(t, id, 'error');
     expect(endpoint.calls).toHaveLength(4);
-    const state = await statusOf(id);
+    const state = await statusOf(t, id);
     expect(state.error).toBe(`HTTP 500 from ${endpoint.url}; Encounter/${failed.id} (version 1) was not delivered`);
     const alert = await waitFor(async () => {
       const { rows } = await t.database.pool.query(`SELECT recipients, handled_as FROM webhook.deactivation_alerts WHERE subscription_id = $1`, [id]);
@@ -217,20 +198,20 @@ describe('failures, deactivation and reactivation', () => {
     const calls = await endpoint.waitForCalls(6);
     expect(calls[4]!.json).toMatchObject({ resourceType: 'Bundle', type: 'history' });
     expect(calls[5]!.json).toEqual(next);
-    await untilStatus(id, 'active');
-    expect((await statusOf(id)).failure_count).toBe(0);
+    await untilStatus(t, id, 'active');
+    expect((await statusOf(t, id)).failure_count).toBe(0);
   });
 
   it('does not resend an event refused with a 4xx, but counts it', async () => {
     const endpoint = await receiver();
-    const { id } = await subscribe('Encounter?status=arrived', endpoint.url);
-    await untilStatus(id, 'active');
+    const { id } = await subscribe(t, 'Encounter?status=arrived', endpoint.url);
+    await untilStatus(t, id, 'active');
     endpoint.answer = () => ({ status: 422 });
     await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'arrived', class: { code: 'AMB' } });
     await endpoint.waitForCalls(2);
-    await waitFor(async () => ((await statusOf(id)).failure_count === 1 ? true : undefined));
+    await waitFor(async () => ((await statusOf(t, id)).failure_count === 1 ? true : undefined));
     await new Promise((resolve) => setTimeout(resolve, 400));
     expect(endpoint.calls).toHaveLength(2);
-    expect((await statusOf(id)).status).toBe('active');
+    expect((await statusOf(t, id)).status).toBe('active');
   });
 });

@@ -1,0 +1,34 @@
+import { expect } from 'vitest';
+import type { TestApp } from './app.ts';
+import { waitFor } from './receiver.ts';
+
+export type SubscribeOptions = { header?: string[]; contact?: string };
+
+/** Creates a subscription through the API (status requested; its handshake is then the workers'). */
+export async function subscribe(
+  t: TestApp,
+  criteria: string,
+  endpoint: string,
+  { header = ['secret: top-secret'], contact = 'ops@example.org' }: SubscribeOptions = {},
+): Promise<{ id: string }> {
+  const response = await t.fhir('POST', '/Subscription', {
+    resourceType: 'Subscription',
+    status: 'requested',
+    criteria,
+    reason: 'test',
+    channel: { type: 'rest-hook', endpoint, payload: 'application/fhir+json', header },
+    contact: [{ system: 'email', value: contact }],
+  });
+  expect(response.statusCode).toBe(201);
+  return response.json<{ id: string }>();
+}
+
+export type SubscriptionState = { status: string; error: string | null; failure_count: number };
+
+export async function statusOf(t: TestApp, id: string): Promise<SubscriptionState> {
+  const { rows } = await t.database.pool.query<SubscriptionState>('SELECT status, error, failure_count FROM webhook.subscriptions WHERE id = $1', [id]);
+  return rows[0]!;
+}
+
+export const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 10_000) =>
+  waitFor(async () => ((await statusOf(t, id)).status === status ? true : undefined), timeoutMs, `status ${status}`);
