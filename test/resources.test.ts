@@ -121,5 +121,6 @@ describe('FHIR RESTful interactions', () => {
     expect(byType('Appointment').searchInclude).toContain('Appointment:patient');
     expect(byType('Patient').searchRevInclude).toContain('Encounter:subject');
     expect(byType('Patient').searchParam.map((parameter: { name: string }) => parameter.name)).not.toContain('deceased');
+    expect(byType('Subscription').interaction).toEqual([{ code: 'create' }, { code: 'read' }, { code: 'search-type' }]);
   });
 });

@@ -23,17 +23,7 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
       {
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
-        resource: [...resourceTypes].sort().map((type) => ({
-          type,
-          ...searchCapabilities(type),
-          versioning: 'versioned-update',
-          readHistory: true,
-          updateCreate: true,
-          conditionalCreate: false,
-          conditionalUpdate: false,
-          conditionalDelete: 'not-supported',
-          interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create', 'search-type'].map((code) => ({ code })),
-        })),
+        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities : storedResourceCapabilities(type))),
         interaction: [{ code: 'transaction' }, { code: 'batch' }],
       },
     ],
@@ -42,6 +32,35 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
   app.get('/metadata', { schema: { summary: 'The CapabilityStatement of this server' } }, async (_request, reply) =>
     reply.type(fhirJson).send(capabilityStatement),
   );
+};
+
+function storedResourceCapabilities(type: string) {
+  return {
+    type,
+    ...searchCapabilities(type),
+    versioning: 'versioned-update',
+    readHistory: true,
+    updateCreate: true,
+    conditionalCreate: false,
+    conditionalUpdate: false,
+    conditionalDelete: 'not-supported',
+    interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create', 'search-type'].map((code) => ({ code })),
+  };
+}
+
+/** Subscriptions have their own endpoints (the spec's): create or switch off, read, search; no update, delete or history. */
+const subscriptionCapabilities = {
+  type: 'Subscription',
+  versioning: 'versioned',
+  readHistory: false,
+  updateCreate: false,
+  interaction: ['create', 'read', 'search-type'].map((code) => ({ code })),
+  searchParam: [
+    { name: '_tag', type: 'token' },
+    { name: 'criteria', type: 'string', documentation: 'the exact criteria string' },
+    { name: 'url', type: 'uri' },
+    { name: 'status', type: 'token' },
+  ],
 };
 
 function supportedParameters(type: string): SearchParameter[] {
