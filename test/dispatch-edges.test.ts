@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { listenOnLoopback, startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
@@ -52,15 +52,9 @@ async function receiver(): Promise<Receiver> {
 
 /** A node:http server on 127.0.0.1 (closed, with its connections, after the file). */
 async function listen(server: Server): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  );
-  return (server.address() as AddressInfo).port;
+  const { port, close } = await listenOnLoopback(server);
+  cleanups.push(close);
+  return port;
 }
 
 /** Whether `localhost` is resolved from /etc/hosts before any DNS server is asked. */

@@ -1,13 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
 import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { startReceiver, waitFor } from './support/receiver.ts';
+import { listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
@@ -147,15 +146,9 @@ describe('two worker processes on one database', () => {
         }, 25);
       });
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    cleanups.push(
-      () =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    );
-    const endpointUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    const { port, close } = await listenOnLoopback(server);
+    cleanups.push(close);
+    const endpointUrl = `http://127.0.0.1:${port}/hook`;
 
     const first = spawnWorker(t.database.url);
     const second = spawnWorker(t.database.url);

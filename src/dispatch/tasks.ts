@@ -354,16 +354,8 @@ async function enqueue(db: Db, task: string, payload: object, delayMs?: number):
   await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(payload)}::json, run_at => ${runAt}::timestamptz)`.execute(db);
 }
 
-async function recordAttempt(
-  db: Db,
-  subscriptionId: string,
-  kind: 'handshake' | 'notification',
-  event: ResourceEvent | undefined,
-  attempt: number,
-  result: CallResult,
-  outcome: 'delivered' | 'retrying' | 'failed',
-): Promise<void> {
-  await db.insertInto('webhook.delivery_attempts').values(attemptRecord(subscriptionId, kind, event, attempt, result, outcome)).execute();
+async function recordAttempt(db: Db, ...record: Parameters<typeof attemptRecord>): Promise<void> {
+  await db.insertInto('webhook.delivery_attempts').values(attemptRecord(...record)).execute();
 }
 
 function attemptRecord(

@@ -23,7 +23,7 @@ export async function startReceiver(): Promise<Receiver> {
     calls: [],
     answer: () => ({ status: 200 }),
     waitForCalls: (count, timeoutMs = 10_000) => waitFor(() => (receiver.calls.length >= count ? receiver.calls : undefined), timeoutMs, `${count} calls`),
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: async () => undefined,
   };
   const server: Server = createServer((request, response) => {
     const chunks: Buffer[] = [];
@@ -36,9 +36,23 @@ export async function startReceiver(): Promise<Receiver> {
       response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok');
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  receiver.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+  const { port, close } = await listenOnLoopback(server);
+  receiver.url = `http://127.0.0.1:${port}/hook`;
+  receiver.close = close;
   return receiver;
+}
+
+/** Listens on 127.0.0.1 at a free port; close() also ends the open connections. */
+export async function listenOnLoopback(server: Server): Promise<{ port: number; close: () => Promise<void> }> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
 }
 
 /** Polls `check` until it returns a value. */
