@@ -29,7 +29,9 @@ export default tseslint.config(
     },
   },
   {
-    files: ['eslint.config.js'],
+    files: ['eslint.config.js', 'scripts/require-node.js'],
     ...tseslint.configs.disableTypeChecked,
+    // Plain Node scripts (scripts/require-node.js runs on any Node, before the TypeScript sources).
+    languageOptions: { ...tseslint.configs.disableTypeChecked.languageOptions, globals: { process: 'readonly', console: 'readonly' } },
   },
 );

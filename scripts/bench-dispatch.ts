@@ -22,17 +22,15 @@
  *    at a time, each waited for, 20 ms apart; p50/p95 from the INSERT's
  *    acknowledgement (its commit) to the receipt of the delivery.
  *
- * The receiver is a child process (this file, BENCH_DISPATCH_ROLE=receiver)
- * on 127.0.0.1, so the RSS and the event loop measured are the dispatcher's.
+ * The receiver is a child process on 127.0.0.1 (scripts/support/bench-receiver.ts,
+ * which also checks every signature), so the RSS and the event loop measured
+ * are the dispatcher's.
  * Runs on DATABASE_URL's server, or on an embedded PostgreSQL, in a scratch
  * database it drops afterwards.
  *
  *   node scripts/bench-dispatch.ts [rows=20000] [rounds=3]
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { cpus } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -43,7 +41,9 @@ import { connectDatabase } from '../src/db/database.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
+import { startBenchReceiver, wallNow } from './support/bench-receiver.ts';
 import { createScratchDatabase } from './support/scratch-database.ts';
+import { percentile } from './support/statistics.ts';
 
 const rows = Number(process.argv[2] ?? 20_000);
 const rounds = Number(process.argv[3] ?? 3);
@@ -56,89 +56,15 @@ const criteria = 'Appointment?status=booked';
 /** Marks the workers' connections in pg_stat_activity. */
 const workerApplicationName = 'bench-dispatcher';
 
-/** What the receiver reports of each call: the resource id, when the body was in, and its meta.lastUpdated (epoch ms). */
 type Delivery = { id: string; receivedAt: number; lastUpdated: number };
-type ReceiverMessage = { type: 'ready'; port: number } | { type: 'deliveries'; batch: Delivery[] };
-
-/** Epoch milliseconds with sub-millisecond precision, comparable across processes on one machine. */
-const wallNow = () => performance.timeOrigin + performance.now();
-
-// --- the receiver (child process) ---------------------------------------------
-
-function runReceiver(): void {
-  let batch: Delivery[] = [];
-  let flushing = false;
-  // One IPC message per event-loop turn, not per call.
-  const flush = () => {
-    flushing = false;
-    const out = batch;
-    batch = [];
-    process.send?.({ type: 'deliveries', batch: out } satisfies ReceiverMessage);
-  };
-  const server = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const receivedAt = wallNow();
-      response.writeHead(200).end();
-      let id = '';
-      let lastUpdated = Number.NaN;
-      try {
-        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { id?: unknown; meta?: { lastUpdated?: unknown } };
-        if (typeof body.id === 'string') id = body.id;
-        if (typeof body.meta?.lastUpdated === 'string') lastUpdated = parseInstant(body.meta.lastUpdated);
-      } catch {
-        // Counted as an unexpected delivery (empty id).
-      }
-      batch.push({ id, receivedAt, lastUpdated });
-      if (!flushing) {
-        flushing = true;
-        setImmediate(flush);
-      }
-    });
-  });
-  server.keepAliveTimeout = 60_000;
-  server.listen(0, '127.0.0.1', () => {
-    process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port } satisfies ReceiverMessage);
-  });
-  process.on('disconnect', () => process.exit(0));
-}
-
-/** A FHIR instant with microseconds (2026-01-01T09:00:00.123456Z) as epoch ms, keeping the fraction. */
-function parseInstant(instant: string): number {
-  const fraction = /\.(\d+)Z$/.exec(instant)?.[1] ?? '';
-  return Date.parse(instant.replace(/\.\d+Z$/, 'Z')) + (fraction === '' ? 0 : Number(`0.${fraction}`) * 1000);
-}
-
-async function startReceiver(): Promise<{ child: ChildProcess; port: number }> {
-  const child = fork(import.meta.filename, [], {
-    env: { ...process.env, BENCH_DISPATCH_ROLE: 'receiver' },
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`the receiver exited (${code})`)));
-    child.on('message', (message: ReceiverMessage) => {
-      if (message.type === 'ready') resolve(message.port);
-    });
-  });
-  child.removeAllListeners('exit');
-  child.on('message', (message: ReceiverMessage) => {
-    if (message.type === 'deliveries') for (const delivery of message.batch) onDelivery(delivery);
-  });
-  return { child, port };
-}
 
 /** Where the deliveries go; each phase of the benchmark sets its own. */
 let onDelivery: (delivery: Delivery) => void = () => undefined;
 
-// --- helpers ----------------------------------------------------------------------
+/** The subscription's signing secret: the receiver checks every signature with it. */
+const signingSecret = randomBytes(24).toString('base64url');
 
-function percentile(values: readonly number[], p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
-}
+// --- helpers ----------------------------------------------------------------------
 
 const ms = (value: number) => (Number.isNaN(value) ? 'n/a' : value < 10 ? `${value.toFixed(1)} ms` : `${value.toFixed(0)} ms`);
 const seconds = (value: number) => `${(value / 1000).toFixed(2)} s`;
@@ -524,7 +450,13 @@ function report(server: Server, baselineRss: number, runs: BatchResult[], latenc
 async function main(): Promise<void> {
   const scratch = await createScratchDatabase();
   const url = new URL(scratch.url);
-  const { child, port } = await startReceiver();
+  const receiver = await startBenchReceiver(signingSecret);
+  let badSignatures = 0;
+  receiver.onReceipt(({ id, receivedAt, lastUpdated, signatureOk }) => {
+    if (!signatureOk) badSignatures++;
+    onDelivery({ id, receivedAt, lastUpdated });
+  });
+  const { port } = receiver;
   const maintenance = connectDatabase(url.toString(), (error) => console.error(error), 2);
   const writer = new pg.Client({ connectionString: url.toString() });
   let ok: boolean;
@@ -545,7 +477,7 @@ async function main(): Promise<void> {
         compiled.matchDeleted,
         `http://127.0.0.1:${port}/webhook`,
         box.seal('[]'),
-        box.seal(randomBytes(24).toString('base64url')),
+        box.seal(signingSecret),
       ],
     );
     await cleanUp(setup);
@@ -567,8 +499,12 @@ async function main(): Promise<void> {
               current_setting('wal_sync_method') AS "walSyncMethod"`,
     );
     ok = report(settings.rows[0]!, baselineRss, runs, latency);
+    if (badSignatures > 0) {
+      console.error(`${badSignatures} deliveries came with a bad signature`);
+      ok = false;
+    }
   } finally {
-    child.kill();
+    receiver.stop();
     await writer.end().catch(() => undefined);
     // Kysely ends only a pool it has used (it was not): end it directly.
     await maintenance.pool.end();
@@ -577,5 +513,4 @@ async function main(): Promise<void> {
   if (!ok) process.exitCode = 1;
 }
 
-if (process.env.BENCH_DISPATCH_ROLE === 'receiver') runReceiver();
-else await main();
+await main();

@@ -28,6 +28,7 @@ import { compileFilters } from '../src/search/jsonpath.ts';
 import { parseSearchQuery } from '../src/search/query.ts';
 import { searchResources } from '../src/search/search.ts';
 import { createScratchDatabase } from './support/scratch-database.ts';
+import { percentile } from './support/statistics.ts';
 
 const appointmentCount = Number(process.argv[2] ?? 100_000);
 const bulkRows = Number(process.argv[3] ?? 20_000);
@@ -130,11 +131,6 @@ const searchKinds: { label: string; token: boolean; query: () => string }[] = [
 ];
 
 type Figure = { label: string; token: boolean; p50: number; p95: number; rows: number };
-
-function percentile(values: number[], fraction: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil(fraction * sorted.length) - 1)]!;
-}
 
 function median(values: number[]): number {
   return percentile(values, 0.5);

@@ -1,41 +1,42 @@
-import { parseArgs } from 'node:util';
+import { spawn } from 'node:child_process';
+import { constants } from 'node:os';
+import path from 'node:path';
+import { Command, CommanderError } from 'commander';
+import type { Logger } from 'pino';
 import { z } from 'zod';
 import { createApiKey, listApiKeys, revokeApiKey } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, type Config } from './config/index.ts';
-import { createLogger } from './config/logger.ts';
+import { createLogger, describeError } from './config/logger.ts';
 import { applyMigrations } from './db/migrations.ts';
-import { openDatabase, startService, type Roles } from './service.ts';
+import { databaseServer, openDatabase, startService, type Roles } from './service.ts';
 
-const usage = `Usage: npm run cli -- <command>
-
-Commands:
-  serve                      the HTTP API and the dispatcher's workers (what npm start runs)
-  api                        the HTTP API only
-  worker                     the dispatcher's workers only
-  migrate                    apply pending database migrations and exit
-  api-key create --name N    create an API key and print it once
-  api-key list               list API keys (names and ids; keys are never stored)
-  api-key revoke ID          revoke an API key by id
-`;
-
-/** The command line was wrong: say why and show the usage. */
-class UsageError extends Error {}
-/** The command was right but could not be done: say why. */
+/** The command was right but could not be done: say why, exit 1. */
 class CommandError extends Error {}
 
-async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv;
-  const config = loadConfig();
-  const logger = createLogger(config.logLevel);
+/**
+ * The command line (commander: per-command --help, `help <command>`, usage
+ * errors). Everything it prints for people is plain text; only the serving
+ * commands log, as JSON lines or, on a terminal, one readable line per event.
+ */
+function commandLine(): Command {
+  const program = new Command('npm run cli --')
+    .description('FHIR R4 webhook subscription service. Without DATABASE_URL every command uses the embedded PostgreSQL in EMBEDDED_DATA_DIR.')
+    .enablePositionalOptions()
+    .showHelpAfterError()
+    .exitOverride();
 
-  switch (command) {
-    case 'serve':
-      return serve(config, logger, { api: true, workers: true });
-    case 'api':
-      return serve(config, logger, { api: true, workers: false });
-    case 'worker':
-      return serve(config, logger, { api: false, workers: true });
-    case 'migrate': {
+  program
+    .command('serve')
+    .description("the HTTP API and the dispatcher's workers (what npm start runs)")
+    .action(() => serve({ api: true, workers: true }));
+  program.command('api').description('the HTTP API only').action(() => serve({ api: true, workers: false }));
+  program.command('worker').description("the dispatcher's workers only; run as many as you like on one database").action(() => serve({ api: false, workers: true }));
+
+  program
+    .command('migrate')
+    .description('apply pending database migrations and exit')
+    .action(async () => {
+      const { config, logger } = oneShot();
       const database = await openDatabase({ ...config, migrateOnStart: false }, logger);
       try {
         const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
@@ -43,74 +44,161 @@ async function main(argv: string[]): Promise<void> {
       } finally {
         await database.close();
       }
-      return;
-    }
-    case 'api-key':
-      return apiKeyCommand(rest, config, logger);
-    default:
-      throw new UsageError(command === undefined ? 'No command given.' : `Unknown command '${command}'.`);
-  }
-}
+    });
 
-async function serve(config: Config, logger: ReturnType<typeof createLogger>, roles: Roles): Promise<void> {
-  const service = await startService(config, logger, roles);
-  logger.info(service.address === undefined ? 'Workers running' : `Listening on ${service.address}`);
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info(`${signal} received, stopping`);
-    service.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'failed to stop cleanly');
-        process.exit(1);
-      },
+  const apiKey = program.command('api-key').description('create, list and revoke API keys');
+  apiKey
+    .command('create')
+    .description('create an API key and print it once (only its hash is stored)')
+    .requiredOption('--name <name>', 'who or what the key is for')
+    .action((options: { name: string }) =>
+      withDatabase(async ({ db }) => {
+        const { id, key } = await createApiKey(db, options.name);
+        console.log(`Created API key ${id} (${options.name}).\nAPI key: ${key}\nIt is stored only as a hash: keep it now.`);
+      }),
     );
-  };
-  process.on('SIGINT', () => stop('SIGINT'));
-  process.on('SIGTERM', () => stop('SIGTERM'));
+  apiKey
+    .command('list')
+    .description('list API keys: id, creation time, state and name (the keys themselves are never stored)')
+    .action(() =>
+      withDatabase(async ({ db }) => {
+        const rows = (await listApiKeys(db)).map((key) => [
+          key.id,
+          key.createdAt.toISOString(),
+          key.revokedAt ? `revoked ${key.revokedAt.toISOString()}` : 'active',
+          key.name,
+        ]);
+        console.log(rows.length === 0 ? 'No API keys.' : table(['ID', 'CREATED', 'STATE', 'NAME'], rows));
+      }),
+    );
+  apiKey
+    .command('revoke')
+    .description('revoke an API key; it stops working at the next request')
+    .argument('<id>', "the key's id, as api-key list shows it")
+    .action((id: string) =>
+      withDatabase(async ({ db }) => {
+        const parsed = z.uuid().safeParse(id);
+        if (!parsed.success) throw new CommandError(`'${id}' is not an API key id (a UUID, as api-key list shows it).`);
+        if (!(await revokeApiKey(db, parsed.data))) throw new CommandError(`No active API key has id ${parsed.data}.`);
+        console.log(`Revoked API key ${parsed.data}.`);
+      }),
+    );
+
+  program
+    .command('psql')
+    .description(`open psql on the service's database (arguments after psql go to psql, e.g. psql -c "select 1")`)
+    .argument('[psql-arguments...]')
+    .passThroughOptions()
+    .allowUnknownOption()
+    .action((args: string[]) => psql(args));
+
+  return program;
 }
 
-async function apiKeyCommand(args: string[], config: Config, logger: ReturnType<typeof createLogger>): Promise<void> {
-  const [action, ...rest] = args;
-  const { values, positionals } = parseArgs({ args: rest, options: { name: { type: 'string' } }, allowPositionals: true });
+/** Configuration and a logger for a command that runs once: quiet unless LOG_LEVEL asks for more than info. */
+function oneShot(): { config: Config; logger: Logger } {
+  const config = loadConfig();
+  return { config, logger: createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel) };
+}
+
+async function withDatabase(work: (database: Awaited<ReturnType<typeof openDatabase>>) => Promise<void>): Promise<void> {
+  const { config, logger } = oneShot();
   const database = await openDatabase(config, logger);
   try {
-    switch (action) {
-      case 'create': {
-        if (!values.name) throw new UsageError('api-key create needs --name <name>.');
-        const { id, key } = await createApiKey(database.db, values.name);
-        console.log(`Created API key ${id} (${values.name}).\nAPI key: ${key}\nIt is stored only as a hash: keep it now.`);
-        return;
-      }
-      case 'list': {
-        const keys = await listApiKeys(database.db);
-        if (keys.length === 0) console.log('No API keys.');
-        for (const key of keys) {
-          const state = key.revokedAt ? `revoked ${key.revokedAt.toISOString()}` : 'active';
-          console.log(`${key.id}  ${key.createdAt.toISOString()}  ${state}  ${key.name}`);
-        }
-        return;
-      }
-      case 'revoke': {
-        const id = z.uuid().safeParse(positionals[0]);
-        if (!id.success) throw new UsageError('api-key revoke needs the id (a UUID) shown by api-key list.');
-        if (!(await revokeApiKey(database.db, id.data))) throw new CommandError(`No active API key has id ${id.data}.`);
-        console.log(`Revoked API key ${id.data}.`);
-        return;
-      }
-      default:
-        throw new UsageError(`api-key needs create, list or revoke.`);
-    }
+    await work(database);
   } finally {
     await database.close();
   }
 }
 
-main(process.argv.slice(2)).catch((error: unknown) => {
-  if (error instanceof UsageError) console.error(`${error.message}\n\n${usage}`);
-  else if (error instanceof ConfigError || error instanceof CommandError) console.error(error.message);
-  else console.error(error);
-  process.exit(error instanceof UsageError || error instanceof ConfigError ? 2 : 1);
-});
+/**
+ * What SIGINT, SIGTERM and SIGHUP do. By default the process exits at once
+ * (with 128 + the signal's number), and the 'exit' hook of the embedded
+ * PostgreSQL asks a server this process started to stop. `serve` stops in
+ * order instead, and `psql` leaves Ctrl-C to psql.
+ */
+let onTerminationSignal = (signal: NodeJS.Signals): void => process.exit(128 + constants.signals[signal]);
+for (const name of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(name, (signal) => onTerminationSignal(signal));
+
+/**
+ * Runs until SIGINT, SIGTERM or SIGHUP, then stops in order: the HTTP API
+ * stops taking requests, the workers finish, the pool closes, and last the
+ * embedded PostgreSQL; then one "stopped" line.
+ */
+async function serve(roles: Roles): Promise<void> {
+  const config = loadConfig();
+  const logger = createLogger(config.logLevel);
+  const service = await startService(config, logger, roles);
+  if (service.address === undefined) logger.info('Workers running');
+  const signal = await new Promise<NodeJS.Signals>((resolve) => (onTerminationSignal = resolve));
+  logger.info(`${signal} received, stopping`);
+  // npm forwards the terminal's Ctrl-C, so one Ctrl-C arrives twice at once: that is ignored.
+  // Another signal a second later means "now": exit, and the exit hook still stops PostgreSQL.
+  const stoppingSince = Date.now();
+  onTerminationSignal = (again) => {
+    if (Date.now() - stoppingSince < 1_000) return;
+    logger.warn(`${again} received again: stopping at once`);
+    process.exit(1);
+  };
+  await service.close();
+  logger.info('stopped');
+}
+
+/**
+ * psql on the service's database, its password passed in PGPASSWORD (not on
+ * the command line, where `ps` shows it); without psql on the PATH, where to
+ * connect another client.
+ */
+async function psql(args: string[]): Promise<void> {
+  const { config, logger } = oneShot();
+  const server = await databaseServer(config, logger);
+  const url = new URL(server.url);
+  const password = decodeURIComponent(url.password);
+  url.password = '';
+  const defaultSignal = onTerminationSignal;
+  // psql handles Ctrl-C itself (it cancels the running query); this process waits for it.
+  onTerminationSignal = (signal) => (signal === 'SIGINT' ? undefined : defaultSignal(signal));
+  try {
+    const exitCode = await new Promise<number | null>((resolve, reject) => {
+      const child = spawn('psql', [url.toString(), ...args], { stdio: 'inherit', env: { ...process.env, PGPASSWORD: password } });
+      child.once('error', reject);
+      child.once('close', resolve);
+    }).catch((error: unknown) => {
+      if ((error as { code?: unknown }).code !== 'ENOENT') throw error;
+      const passwordIsIn = config.databaseUrl === undefined ? path.resolve(config.embeddedDataDir, 'postgres.password') : 'DATABASE_URL';
+      throw new CommandError(`psql is not installed here. Connect with any PostgreSQL client to:\n  ${url.toString()}\nwith the password in ${passwordIsIn}.`);
+    });
+    if (exitCode !== 0) throw new CommandError(`psql exited with code ${exitCode}`);
+  } finally {
+    onTerminationSignal = defaultSignal;
+    await server.release();
+  }
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+  return [header, ...rows].map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+}
+
+/**
+ * Exit codes: 0 done (help included), 1 the command failed, 2 the command
+ * line or the configuration is wrong. Errors are printed as one message,
+ * never as a dump of the objects they carry.
+ */
+async function main(): Promise<number> {
+  try {
+    await commandLine().parseAsync(process.argv);
+    return 0;
+  } catch (error) {
+    // commander has already printed its own message (or the help).
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
+    if (error instanceof ConfigError) {
+      console.error(error.message);
+      return 2;
+    }
+    console.error(error instanceof CommandError ? error.message : `Failed: ${describeError(error)}`);
+    return 1;
+  }
+}
+
+process.exitCode = await main();

@@ -1,3 +1,4 @@
+import { createServer } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
@@ -20,23 +21,32 @@ export type Service = {
 /** What this process runs: `serve` both, `api` and `worker` one each. */
 export type Roles = { api: boolean; workers: boolean };
 
+/** A PostgreSQL server to connect to, and how to let go of it. */
+export type DatabaseServer = { url: string; release(): Promise<void> };
+
 /**
- * Connects to the database given by the configuration, or to an embedded
- * PostgreSQL when DATABASE_URL is unset. The returned close() stops what it started.
+ * DATABASE_URL's server, or the embedded PostgreSQL when it is unset: started
+ * here (or shared with the `npm start` already running it), stopped by release().
+ */
+export async function databaseServer(config: Config, logger: Logger): Promise<DatabaseServer> {
+  if (config.databaseUrl !== undefined) return { url: config.databaseUrl, release: async () => undefined };
+  // Loaded only when used: production images need not ship the PostgreSQL binaries.
+  const { startEmbeddedPostgres } = await import('./db/embedded.ts');
+  const embedded = await startEmbeddedPostgres(config.embeddedDataDir, logger);
+  return { url: embedded.url, release: () => embedded.stop() };
+}
+
+/**
+ * Connects to the database given by the configuration (see databaseServer)
+ * and applies pending migrations when so configured. close() ends the pool,
+ * then stops what it started.
  */
 export async function openDatabase(config: Config, logger: Logger): Promise<DatabaseHandle> {
-  const closers: Closer[] = [];
+  const server = await databaseServer(config, logger);
+  const closers: Closer[] = [() => server.release()];
   try {
-    let url = config.databaseUrl;
-    if (url === undefined) {
-      // Loaded only when used: production images need not ship the PostgreSQL binaries.
-      const { startEmbeddedPostgres } = await import('./db/embedded.ts');
-      const embedded = await startEmbeddedPostgres(config.embeddedDataDir, logger);
-      closers.push(() => embedded.stop());
-      url = embedded.url;
-    }
     // Every worker job may hold a connection, besides the API's requests.
-    const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'), config.delivery.concurrency + 10);
+    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'), config.delivery.concurrency + 10);
     closers.push(() => database.close());
     if (config.migrateOnStart) {
       const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
@@ -52,6 +62,8 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
 /** Starts the HTTP API on the configured address and the dispatcher's workers, as `roles` says. */
 export async function startService(config: Config, logger: Logger, roles: Roles = { api: true, workers: true }): Promise<Service> {
   const secretsKey = await secretsEncryptionKey(config);
+  // Before starting anything: a second `npm start` should say why at once.
+  if (roles.api) await assertPortFree(config);
   const database = await openDatabase(config, logger);
   const closers: Closer[] = [() => database.close()];
   try {
@@ -69,7 +81,10 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       logger,
     });
     closers.push(() => app.close());
-    const address = await app.listen({ port: config.port, host: config.host });
+    // Fastify logs the address, once: in the service's words.
+    const address = await app.listen({ port: config.port, host: config.host, listenTextResolver: (at) => `Listening on ${at}` }).catch((error: unknown) => {
+      throw isPortInUse(error) ? portInUse(config) : error;
+    });
     return { address, close: () => closeAll(closers) };
   } catch (error) {
     await closeAll(closers);
@@ -104,11 +119,28 @@ async function ensureApiKey({ db }: DatabaseHandle, config: Config): Promise<voi
       '',
       `API key: ${key}`,
       'Keep it: it is stored only as a hash and is shown this once. Try:',
-      `  curl -H 'x-api-key: ${key}' ${config.baseUrl}${fhirBasePath}/metadata`,
+      `  curl -H 'x-api-key: ${key}' '${config.baseUrl}${fhirBasePath}/Subscription?_count=1'`,
+      'Lost it? Make another with: npm run cli -- api-key create --name <name>',
       '',
       '',
     ].join('\n'),
   );
+}
+
+function assertPortFree(config: Config): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', (error) => reject(isPortInUse(error) ? portInUse(config) : error));
+    probe.listen({ port: config.port, host: config.host, exclusive: true }, () => probe.close(() => resolve()));
+  });
+}
+
+function isPortInUse(error: unknown): boolean {
+  return (error as { code?: unknown }).code === 'EADDRINUSE';
+}
+
+function portInUse(config: Config): ConfigError {
+  return new ConfigError(`port ${config.port} is in use: is the service already running? Set PORT to use another port.`);
 }
 
 /** Runs every closer, newest first, even when one fails. */

@@ -1,8 +1,9 @@
-import { createServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import pino from 'pino';
 import { SMTPServer } from 'smtp-server';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAlertMailer, type DeactivationAlert } from '../src/mail/alerts.ts';
+import { freePort } from './support/receiver.ts';
 
 const from = 'webhooks@fhir.test';
 
@@ -52,14 +53,6 @@ async function startSmtpServer(refused: string[] = []): Promise<{ url: string; r
 }
 
 /** A loopback port nothing listens on: bound, then released. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 function capturingLogger() {
   const lines: string[] = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
@@ -128,7 +121,7 @@ describe('deactivation alert by e-mail', () => {
   });
 
   it('fails when no SMTP server answers', async () => {
-    await expect(mailer(`smtp://127.0.0.1:${await closedPort()}`).send(alert)).rejects.toThrow(/ECONNREFUSED/);
+    await expect(mailer(`smtp://127.0.0.1:${await freePort()}`).send(alert)).rejects.toThrow(/ECONNREFUSED/);
   });
 
   it('counts as sent when some recipients took it, and logs the refused ones (a retry would mail the others again)', async () => {

@@ -5,7 +5,7 @@ import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
-import { statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
+import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
 let t: TestApp;
 let workers: Workers;
@@ -202,6 +202,76 @@ describe('failures, deactivation and reactivation', () => {
     expect((await statusOf(t, id)).failure_count).toBe(0);
   });
 
+  it('never calls a subscription in error again once a newer one for its criteria is live; switching the criteria off ends both', async () => {
+    const criteria = 'Encounter?status=onleave';
+    const old = await receiver();
+    old.answer = () => ({ status: 403 });
+    const { id: oldId } = await subscribe(t, criteria, old.url);
+    await untilStatus(t, oldId, 'error');
+    const successor = await receiver();
+    const { id: newId } = await subscribe(t, criteria, successor.url);
+    await untilStatus(t, newId, 'active');
+
+    // The trigger enqueues no reactivation for the superseded one.
+    const onleave = `INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Encounter", "status": "onleave", "class": {"code": "AMB"}}')`;
+    expect(await jobsEnqueuedBy(onleave, [oldId, newId])).toEqual([{ task_identifier: 'notification_delivery', subscription: newId }]);
+
+    // Through the API: the successor is notified, the old endpoint never hears again.
+    const written = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'onleave', class: { code: 'AMB' } })).json();
+    const [, notification] = await successor.waitForCalls(2);
+    expect(notification!.json).toMatchObject({ resourceType: 'Encounter', id: written.id });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(old.calls).toHaveLength(1);
+    expect((await statusOf(t, oldId)).status).toBe('error');
+
+    // Superseded for good: even when its successor goes to error, only the successor is reactivated.
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'error' WHERE id = $1`, [newId]);
+    expect(await jobsEnqueuedBy(onleave, [oldId, newId])).toEqual([{ task_identifier: 'subscription_reactivation', subscription: newId }]);
+
+    const off = await t.fhir('POST', '/Subscription', { resourceType: 'Subscription', status: 'off', criteria });
+    expect(off.statusCode).toBe(200);
+    expect(off.json()).toMatchObject({ id: newId, status: 'off' });
+    expect((await statusOf(t, oldId)).status).toBe('off');
+    expect((await statusOf(t, newId)).status).toBe('off');
+  });
+
+  it('a blip of the subscriber fails three events together: each is retried with spacing and delivered, and the subscription stays active', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Encounter?status=triaged', endpoint.url);
+    await untilStatus(t, id, 'active');
+    endpoint.answer = () => ({ status: endpoint.calls.length <= 4 ? 503 : 200 });
+    // One statement, three events: their first attempts run together and all meet the blip.
+    const { rows } = await t.database.pool.query<{ id: string }>(
+      `INSERT INTO fhir.resources (content) SELECT '{"resourceType": "Encounter", "status": "triaged", "class": {"code": "AMB"}}'::jsonb FROM generate_series(1, 3) RETURNING id`,
+    );
+    await endpoint.waitForCalls(7);
+    const notificationsOf = async () => (await attemptsOf(t, id)).filter((row) => row.kind === 'notification');
+    await waitFor(async () => ((await notificationsOf()).filter((row) => row.outcome === 'delivered').length === 3 ? true : undefined));
+    expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
+    for (const { id: resourceId } of rows) {
+      expect((await notificationsOf()).filter((row) => row.resource_id === resourceId)).toMatchObject([
+        { attempt: 1, outcome: 'retrying', http_status: 503 },
+        { attempt: 2, outcome: 'delivered', http_status: 200 },
+      ]);
+    }
+  });
+
+  it('deactivates after DELIVERY_MAX_FAILURES events in a row refused for good with a 4xx, naming the last', async () => {
+    const endpoint = await receiver();
+    const { id } = await subscribe(t, 'Encounter?status=in-progress', endpoint.url);
+    await untilStatus(t, id, 'active');
+    endpoint.answer = () => ({ status: 400 });
+    const written: string[] = [];
+    for (let event = 1; event <= 3; event++) {
+      written.push((await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'in-progress', class: { code: 'AMB' } })).json().id);
+      await endpoint.waitForCalls(1 + event);
+      if (event < 3) await waitFor(async () => ((await statusOf(t, id)).failure_count === event ? true : undefined));
+    }
+    await untilStatus(t, id, 'error');
+    expect((await statusOf(t, id)).error).toBe(`HTTP 400 from ${endpoint.url}; Encounter/${written[2]} (version 1) was not delivered`);
+    expect((await attemptsOf(t, id)).filter((row) => row.kind === 'notification').map((row) => row.outcome)).toEqual(['failed', 'failed', 'failed']);
+  });
+
   it('does not resend an event refused with a 4xx, but counts it', async () => {
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Encounter?status=arrived', endpoint.url);
@@ -215,3 +285,22 @@ describe('failures, deactivation and reactivation', () => {
     expect((await statusOf(t, id)).status).toBe('active');
   });
 });
+
+/** The jobs for these subscriptions that a write enqueues, seen inside its transaction, which is then rolled back. */
+async function jobsEnqueuedBy(write: string, subscriptionIds: string[]): Promise<{ task_identifier: string; subscription: string }[]> {
+  const client = await t.database.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query(write);
+    const { rows } = await client.query<{ task_identifier: string; subscription: string }>(
+      `SELECT jobs.task_identifier, private.payload->>'subscriptionId' AS subscription
+       FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)
+       WHERE private.payload->>'subscriptionId' = ANY($1)`,
+      [subscriptionIds],
+    );
+    return rows;
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
+  }
+}

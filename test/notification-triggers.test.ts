@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { jobPayloads, taskFor, type JobName } from '../src/db/jobs.ts';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -42,6 +43,24 @@ async function jobs(): Promise<Job[]> {
 const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') => JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
 
 describe('notification triggers on fhir.resources', () => {
+  it('enqueue jobs whose task names and payloads fit the job contract (src/db/jobs.ts)', async () => {
+    await subscribe('Appointment?status=booked', 'active');
+    await subscribe('Appointment?status=noshow', 'error');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [appointment('c1', 'booked'), appointment('c2', 'noshow')]);
+    await database.pool.query(`DELETE FROM fhir.resources WHERE id = 'c1'`);
+    const enqueued = await jobs();
+    expect(enqueued.map((job) => job.task).sort()).toEqual(['notification_delivery', 'notification_delivery', 'subscription_reactivation']);
+    for (const job of enqueued) {
+      expect(job.task in jobPayloads, job.task).toBe(true);
+      const checked = jobPayloads[job.task as JobName].safeParse(job.payload);
+      expect(checked.success, `${job.task} ${JSON.stringify(job.payload)}: ${checked.error?.message}`).toBe(true);
+    }
+    // And a payload that does not fit is refused by the task, saying why.
+    await expect(taskFor('notification_delivery', async () => undefined)({ subscriptionId: 'x' }, {} as never)).rejects.toThrow(
+      /notification_delivery: the payload does not fit the job contract/,
+    );
+  });
+
   it('enqueue one delivery per matching row of a statement for each active subscription', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     const all = await subscribe('Appointment', 'active');

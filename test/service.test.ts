@@ -1,6 +1,9 @@
+import type { Socket } from 'node:net';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config/index.ts';
+import { connectDatabase } from '../src/db/database.ts';
+import { applyMigrations } from '../src/db/migrations.ts';
 import { startService } from '../src/service.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
@@ -34,5 +37,20 @@ describe('starting the service on a shared database', () => {
     } finally {
       await service.close();
     }
+  });
+});
+
+describe('closing the database handle', () => {
+  it('ends the pool even when Kysely never used it, and returns once every connection has closed', async () => {
+    const handle = connectDatabase(database.url, () => undefined);
+    const sockets: Socket[] = [];
+    handle.pool.on('connect', (client) => sockets.push((client as unknown as { connection: { stream: Socket } }).connection.stream));
+    // What `cli migrate` does: the pool only, never Kysely (whose destroy() alone would leave the pool open).
+    await applyMigrations(handle.pool);
+    await Promise.all([handle.pool.query('SELECT 1'), handle.pool.query('SELECT 2')]);
+    expect(sockets.length).toBeGreaterThanOrEqual(2);
+    await handle.close();
+    expect(handle.pool.ended).toBe(true);
+    expect(sockets.filter((socket) => !socket.closed)).toEqual([]);
   });
 });

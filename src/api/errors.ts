@@ -36,7 +36,8 @@ export function errorOutcome(error: FastifyError, request: FastifyRequest): { st
   }
   const status = error.statusCode ?? 500;
   if (status >= 400 && status < 500) return { status, outcome: operationOutcome(issueCodeByStatus[status] ?? 'invalid', error.message) };
-  request.log.error({ err: error }, 'request failed');
+  // A 500 is a bug: its stack (a string) is what whoever fixes it needs.
+  request.log.error({ err: error, stack: error.stack }, 'request failed');
   return { status: 500, outcome: operationOutcome('exception', 'Internal server error') };
 }
 

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.ts';
@@ -17,11 +18,34 @@ export function connectDatabase(connectionString: string, onIdleError: (error: E
   // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);
   pool.on('connect', (client) => client.on('error', onIdleError));
+  // pool.end() resolves once it has asked each connection to close, not once they
+  // have: close() waits for them, so that a server stopped right after (the
+  // embedded PostgreSQL) has no session left to terminate.
+  const connections = new Set<pg.PoolClient>();
+  pool.on('connect', (client) => {
+    connections.add(client);
+    client.once('end', () => connections.delete(client));
+  });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     pool,
     db,
-    // Kysely's destroy() ends the pool it was given.
-    close: () => db.destroy(),
+    // Kysely's destroy() ends the pool only if Kysely has used it (it initialises its
+    // driver lazily): a process that only migrated would otherwise wait ~10 s for the
+    // pool's idle timeout before it could exit.
+    close: async () => {
+      await db.destroy();
+      if (!pool.ending) await pool.end();
+      await connectionsClosed(connections);
+    },
   };
+}
+
+/**
+ * Waits until every connection has ended, for at most a few seconds: a
+ * connection to a server that went away may never say so.
+ */
+async function connectionsClosed(connections: Set<pg.PoolClient>, timeoutMs = 5_000): Promise<void> {
+  const ended = Promise.all([...connections].map((client) => new Promise((resolve) => client.once('end', resolve))));
+  await Promise.race([ended, sleep(timeoutMs, undefined, { ref: false })]);
 }

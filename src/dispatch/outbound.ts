@@ -27,6 +27,8 @@ export type CallOptions = {
   dispatcher: Dispatcher;
   /** Whole-response budget: undici's timeouts are per phase, so an overall abort signal bounds the sum. */
   responseTimeoutMs: number;
+  /** Aborts the call early: the worker is shutting down (the job's abort signal). */
+  signal?: AbortSignal;
 };
 
 const excerptLimit = 1024;
@@ -68,7 +70,7 @@ export async function postWebhook(endpoint: string, body: Buffer, headers: [stri
       body,
       headers: headers.flat(),
       dispatcher: options.dispatcher,
-      signal: AbortSignal.timeout(options.responseTimeoutMs),
+      signal: options.signal === undefined ? AbortSignal.timeout(options.responseTimeoutMs) : AbortSignal.any([AbortSignal.timeout(options.responseTimeoutMs), options.signal]),
     });
     const excerpt = await readExcerpt(response.body);
     const status = response.statusCode;

@@ -1,12 +1,15 @@
-import { Logger as WorkerLogger, run, type Runner } from 'graphile-worker';
+import { EventEmitter } from 'node:events';
+import { Logger as WorkerLogger, run, type Runner, type WorkerEvents } from 'graphile-worker';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
+import { errorFields } from '../config/logger.ts';
 import type { DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
+import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
 import { createTokenProvider } from './oauth.ts';
 import { createDeliveryAgent } from './ssrf.ts';
-import { dispatchCrontab, dispatchTasks } from './tasks.ts';
+import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 
 export type Workers = { stop: () => Promise<void> };
 
@@ -33,7 +36,12 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     mailer,
     logger,
   });
+  // graphile-worker locks jobs with the id of the worker pool that took them: crash recovery needs it.
+  const events: WorkerEvents = new EventEmitter();
+  let poolId: string | undefined;
+  events.once('pool:create', ({ workerPool }) => (poolId = workerPool.id));
   const runner: Runner = await run({
+    events,
     pgPool: database.pool,
     concurrency: config.delivery.concurrency,
     // Complete jobs in batches: fewer commits per delivery. (Its localQueue, which also batches
@@ -44,14 +52,40 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     noHandleSignals: true,
     logger: new WorkerLogger(() => (level, message, meta) => {
       const log = level === 'error' ? logger.error : level === 'warning' ? logger.warn : logger.debug;
-      log.call(logger, meta ?? {}, message);
+      log.call(logger, loggableMeta(meta), message);
     }),
   });
+  let liveness: Liveness;
+  try {
+    if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
+    liveness = await keepWorkerPoolAlive(database.pool, poolId, logger);
+  } catch (error) {
+    await runner.stop();
+    throw error;
+  }
   return {
     stop: async () => {
       await runner.stop();
+      await liveness.stop();
       mailer.close();
       await dispatcher.close();
     },
   };
+}
+
+/**
+ * graphile-worker's log metadata without the objects it carries (pg clients,
+ * whole jobs with their payloads): errors as message and code, a job as its
+ * id and task, plain values as they are.
+ */
+function loggableMeta(meta: Record<string, unknown> | undefined): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(meta ?? {})) {
+    if (value instanceof Error) fields[key] = errorFields(value);
+    else if (key === 'job' && typeof value === 'object' && value !== null) {
+      const job = value as { id?: unknown; task_identifier?: unknown; attempts?: unknown };
+      fields.job = { id: job.id, task: job.task_identifier, attempts: job.attempts };
+    } else if (value === null || ['string', 'number', 'boolean'].includes(typeof value)) fields[key] = value;
+  }
+  return fields;
 }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
 import type { Db } from '../db/database.ts';
+import { enqueueJob } from '../db/jobs.ts';
 import type { FhirResource, SubscriptionStatus, SubscriptionsTable } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
 import { splitQuery } from '../search/query.ts';
@@ -19,9 +20,6 @@ export type SubscriptionContext = {
 
 export const subscriptionsAreImmutable =
   'Subscriptions cannot be updated or deleted: switch it off (POST with status off and the same criteria) and create a new one';
-
-/** The graphile-worker task that verifies a new subscription's endpoint (the dispatcher implements it). */
-export const handshakeTask = 'subscription_handshake';
 
 type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_at_text: string | null; created_at_text: string };
 
@@ -130,28 +128,34 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       throw error;
     });
   // In the creating transaction: the handshake is enqueued if and only if the subscription commits.
-  await sql`SELECT graphile_worker.add_job(${handshakeTask}, json_build_object('subscriptionId', ${id}::text), job_key => ${`handshake:${id}`})`.execute(db);
+  await enqueueJob(db, 'subscription_handshake', { subscriptionId: id }, { jobKey: `handshake:${id}` });
   return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
 /**
- * Closes the live subscription with this criteria string; with none live, the
- * ones in error with it (the spec leaves that case open; a client expects an
- * error subscription to be switchable off rather than reactivated later).
+ * Switches a criteria off: every subscription for it that is not off yet
+ * becomes off — the live one, and those in error (superseded by it or not),
+ * so that nothing is called for this criteria again. The answer is the live
+ * one, else the latest in error. (The spec leaves switching off a subscription
+ * in error open; a client expects it to end rather than be reactivated later.)
  */
 async function switchOff(db: Db, criteria: string): Promise<Row> {
-  for (const statuses of [['requested', 'active'], ['error']] as const) {
-    const switched = await db
-      .updateTable('webhook.subscriptions')
-      .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
-      .where('criteria', '=', criteria)
-      .where('status', 'in', statuses)
-      .returning(['id', 'created_at'])
-      .execute();
-    const latest = switched.sort((a, b) => b.created_at.getTime() - a.created_at.getTime())[0];
-    if (latest) return selectRows(db).where('id', '=', latest.id).executeTakeFirstOrThrow();
-  }
-  throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
+  const ending = await db
+    .selectFrom('webhook.subscriptions')
+    .select(['id', 'status'])
+    .where('criteria', '=', criteria)
+    .where('status', '!=', 'off')
+    .orderBy('created_at', 'desc')
+    .execute();
+  const shown = ending.find((row) => row.status === 'requested' || row.status === 'active') ?? ending[0];
+  if (!shown) throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
+  await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
+    .where('id', 'in', ending.map((row) => row.id))
+    .where('status', '!=', 'off')
+    .execute();
+  return selectRows(db).where('id', '=', shown.id).executeTakeFirstOrThrow();
 }
 
 function selectRows(db: Db) {

@@ -17,8 +17,9 @@ type Server = { adminUrl: string; stop: () => Promise<void> };
 
 /**
  * Finds a real PostgreSQL for the suite: TEST_DATABASE_URL or DATABASE_URL when
- * set; else a testcontainers PostgreSQL when a Docker engine answers; else an
- * embedded PostgreSQL in a temporary folder. Then builds the migrated template.
+ * set; else a testcontainers PostgreSQL when a Docker engine answers (unless
+ * TEST_POSTGRES=embedded); else an embedded PostgreSQL in a temporary folder.
+ * Then builds the migrated template.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const server = await findServer();
@@ -49,7 +50,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
 async function findServer(): Promise<Server> {
   const url = process.env.TEST_DATABASE_URL || process.env.DATABASE_URL;
   if (url) return { adminUrl: url, stop: async () => undefined };
-  const container = await startContainerIfDockerAnswers();
+  // TEST_POSTGRES=embedded skips Docker (the test of the test command needs the embedded server).
+  const container = process.env.TEST_POSTGRES === 'embedded' ? undefined : await startContainerIfDockerAnswers();
   if (container) return container;
   const quiet = { info: () => undefined, debug: () => undefined, error: (message: string) => console.error(message) };
   const embedded = await startTemporaryEmbeddedPostgres(quiet);

@@ -55,6 +55,13 @@ export async function listenOnLoopback(server: Server): Promise<{ port: number; 
   };
 }
 
+/** A loopback port free at the time of asking: for a child process to listen on, or to find nothing listening. */
+export async function freePort(): Promise<number> {
+  const { port, close } = await listenOnLoopback(createServer());
+  await close();
+  return port;
+}
+
 /** Polls `check` until it returns a value. */
 export async function waitFor<T>(check: () => T | undefined | Promise<T | undefined>, timeoutMs = 10_000, what = 'a condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs;

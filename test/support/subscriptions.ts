@@ -32,3 +32,14 @@ export async function statusOf(t: TestApp, id: string): Promise<SubscriptionStat
 
 export const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 10_000) =>
   waitFor(async () => ((await statusOf(t, id)).status === status ? true : undefined), timeoutMs, `status ${status}`);
+
+export type Attempt = { kind: string; attempt: number; outcome: string; http_status: number | null; error: string | null; resource_id: string | null; duration_ms: number };
+
+/** A subscription's recorded attempts (webhook.delivery_attempts), in the order they were recorded. */
+export async function attemptsOf(t: TestApp, id: string): Promise<Attempt[]> {
+  const { rows } = await t.database.pool.query<Attempt>(
+    `SELECT kind, attempt, outcome, http_status, error, resource_id, duration_ms FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY id`,
+    [id],
+  );
+  return rows;
+}

@@ -1,0 +1,414 @@
+/**
+ * npm run bench [-- --json] [-- --rows N]: the delivery engine against its
+ * ceilings, every figure from ONE run on one server, so that ratios hold on a
+ * noisy machine (issue 9). Runs on DATABASE_URL's server or a throwaway
+ * embedded PostgreSQL, in a scratch database it drops afterwards.
+ *
+ * Rows measured so far:
+ *   ceiling    graphile-worker alone: no-op jobs/s at concurrency 10, from the
+ *              commit of one statement adding them to the empty queue
+ *   receiver   the receiver's own capacity: undici POSTs/s, no dispatcher
+ *   drain      deliveries/s from the commit of ONE statement writing N matching
+ *              rows to the last delivery (1 subscription)
+ *   fan-out    10 subscriptions matching the same 2,000 events
+ *   API burst  5,000 resources in transaction Bundles of 250 through the API
+ *              (in this process), first write → last delivery
+ *   writer     a Bundle of 250 with 1 matching subscription vs none (median)
+ *   latency    single-row INSERTs at 100/s for 10 s matching 1, then 11
+ *              subscriptions: p50/p95/p99/max from commit to receipt
+ *   backlog    100,000 events queued while no worker runs, then drained: the
+ *              rate of the last 10% against the first 10%, no job left behind
+ *   peak RSS   of this process, which runs the dispatcher
+ * Every delivery is checked: each event arrives exactly once per matching
+ * subscription, with a valid signature (duplicates and misses are reported).
+ * Still to come (issue 9): isolation from hanging subscribers.
+ */
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Command } from 'commander';
+import { Logger as WorkerLogger, run } from 'graphile-worker';
+import pg from 'pg';
+import pino from 'pino';
+import { Agent, request } from 'undici';
+import { buildApp } from '../src/api/app.ts';
+import { createApiKey } from '../src/auth/api-keys.ts';
+import { loadConfig } from '../src/config/index.ts';
+import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
+import { startWorkers } from '../src/dispatch/worker.ts';
+import { createSecretBox } from '../src/subscriptions/secrets.ts';
+import { submitSubscription, type SubscriptionContext } from '../src/subscriptions/store.ts';
+import { startBenchReceiver, wallNow, type BenchReceiver, type Receipt } from './support/bench-receiver.ts';
+import { createScratchDatabase } from './support/scratch-database.ts';
+import { percentile } from './support/statistics.ts';
+
+const options = new Command('npm run bench --')
+  .description('The delivery engine against its ceilings, in one run.')
+  .option('--json', 'print the figures as JSON')
+  .option('--rows <n>', 'rows written by the drain statement', '20000')
+  .option('--backlog <n>', 'events queued before the workers start', '100000')
+  .parse()
+  .opts<{ json?: boolean; rows: string; backlog: string }>();
+
+type Row = { row: string; figure: number; unit: string; ratioToCeiling?: number; target?: string; met?: boolean; checks?: string };
+
+const secret = randomBytes(16).toString('hex');
+/** One key for every dispatcher phase: a subscription made in one is read in the next. */
+const secretsKey = randomBytes(32);
+const quiet = new WorkerLogger(() => () => undefined);
+const logger = pino({ level: 'warn' }, pino.destination(2));
+
+// --- ceilings --------------------------------------------------------------------
+
+async function graphileWorkerCeiling(url: string, jobs: number): Promise<Row> {
+  const pool = new pg.Pool({ connectionString: url, max: 12 });
+  const report = (error: Error) => logger.warn({ err: error }, 'a connection failed');
+  pool.on('error', report);
+  pool.on('connect', (client) => client.on('error', report));
+  const runner = await run({ pgPool: pool, concurrency: 10, noHandleSignals: true, logger: quiet, taskList: { bench_noop: async () => undefined } });
+  try {
+    await pool.query(
+      `SELECT graphile_worker.add_jobs(array(
+         SELECT ('bench_noop', '{}'::json, NULL, NULL, NULL, NULL, NULL, NULL)::graphile_worker.job_spec FROM generate_series(1, $1::int)))`,
+      [jobs],
+    );
+    const committed = wallNow();
+    await until(async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker.jobs')).rows[0]!.n === 0, 120_000, 'the no-op jobs');
+    return { row: 'ceiling: graphile-worker no-op jobs, concurrency 10', figure: jobs / ((wallNow() - committed) / 1000), unit: 'jobs/s' };
+  } finally {
+    await runner.stop();
+    await pool.end();
+  }
+}
+
+async function receiverCapacity(receiver: BenchReceiver, posts: number): Promise<Row> {
+  receiver.onReceipt(() => undefined);
+  const agent = new Agent({ connections: 16 });
+  const body = JSON.stringify({ resourceType: 'Appointment', id: 'capacity', meta: { versionId: '1' }, status: 'booked', participant: [] });
+  let sent = 0;
+  const started = wallNow();
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (sent < posts) {
+        sent++;
+        const response = await request(`http://127.0.0.1:${receiver.port}/capacity`, { method: 'POST', body, dispatcher: agent, headers: { 'content-type': 'application/fhir+json' } });
+        await response.body.dump();
+      }
+    }),
+  );
+  const rate = posts / ((wallNow() - started) / 1000);
+  await agent.close();
+  return { row: 'ceiling: the receiver, undici POSTs with no dispatcher', figure: rate, unit: 'POSTs/s' };
+}
+
+// --- the dispatcher -----------------------------------------------------------------
+
+type Bench = { database: DatabaseHandle; receiver: BenchReceiver; context: SubscriptionContext };
+
+/** The dispatcher process's peak RSS, sampled every 50 ms while workers run. */
+let peakRss = 0;
+
+async function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>): Promise<T> {
+  const config = loadConfig({ DATABASE_URL: url, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', LOG_LEVEL: 'warn' });
+  // As src/service.ts opens it: a connection for every job in flight, and some to spare.
+  const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle connection failed'), config.delivery.concurrency + 10);
+  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage.rss())), 50);
+  const workers = await startWorkers(config, database, secretsKey, logger);
+  try {
+    const context = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook' };
+    return await body({ database, receiver, context });
+  } finally {
+    clearInterval(sampler);
+    await workers.stop();
+    await database.close();
+  }
+}
+
+/** Creates subscriptions as a client does (their handshakes are the workers'), and waits until all are active. */
+async function subscribe(bench: Bench, criteria: string[]): Promise<string[]> {
+  const paths = criteria.map(() => `/s/${randomBytes(4).toString('hex')}`);
+  for (const [index, text] of criteria.entries()) {
+    await submitSubscription(bench.database.db, bench.context, {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: text,
+      reason: 'bench',
+      channel: { type: 'rest-hook', endpoint: `http://127.0.0.1:${bench.receiver.port}${paths[index]}`, payload: 'application/fhir+json', header: [`secret: ${secret}`] },
+    });
+  }
+  await until(
+    async () => (await bench.database.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM webhook.subscriptions WHERE status = 'active' AND criteria = ANY($1)`, [criteria])).rows[0]!.n === criteria.length,
+    30_000,
+    'the handshakes',
+  );
+  return paths;
+}
+
+/**
+ * Writes with one statement, then waits until every path got every id once:
+ * deliveries/s from the statement's commit to the last delivery, and what did
+ * not arrive exactly once or was badly signed.
+ */
+async function deliverAll(bench: Bench, paths: string[], ids: string[], write: () => Promise<unknown>): Promise<{ rate: number; checks: string }> {
+  const expected = new Set(ids);
+  const seen = new Map(paths.map((path) => [path, new Map<string, number>()]));
+  let badSignatures = 0;
+  let unexpected = 0;
+  let received = 0;
+  let last = 0;
+  bench.receiver.onReceipt((receipt: Receipt) => {
+    if (receipt.kind !== 'resource') return;
+    const counts = seen.get(receipt.path);
+    if (!counts || !expected.has(receipt.id)) return void unexpected++;
+    if (!receipt.signatureOk) badSignatures++;
+    counts.set(receipt.id, (counts.get(receipt.id) ?? 0) + 1);
+    received++;
+    last = Math.max(last, receipt.receivedAt);
+  });
+  await write();
+  const committed = wallNow();
+  const total = paths.length * ids.length;
+  await until(async () => [...seen.values()].every((counts) => counts.size === ids.length), 60_000 + total * 5, `${total} deliveries`);
+  await sleep(500);
+  const duplicates = received - total;
+  const checks = `${total} deliveries: ${duplicates} duplicates, ${unexpected} unexpected, ${badSignatures} bad signatures`;
+  return { rate: total / ((last - committed) / 1000), checks };
+}
+
+async function drain(bench: Bench, rows: number): Promise<Row> {
+  const [path] = await subscribe(bench, ['Appointment?status=booked']);
+  const ids = Array.from({ length: rows }, (_, n) => `drain-${n + 1}`);
+  const { rate, checks } = await deliverAll(bench, [path!], ids, () =>
+    bench.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'drain-' || n, 'status', 'booked', 'participant', jsonb_build_array())
+       FROM generate_series(1, $1::int) n`,
+      [rows],
+    ),
+  );
+  return { row: `drain: one statement of ${rows.toLocaleString('en-US')} rows, 1 subscription`, figure: rate, unit: 'deliveries/s', checks };
+}
+
+async function fanOut(bench: Bench, subscriptions: number, events: number): Promise<Row> {
+  // Different criteria strings (one live subscription per criteria) that all match a final Observation.
+  const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=final,bench-${n + 1}`);
+  const paths = await subscribe(bench, criteria);
+  const ids = Array.from({ length: events }, (_, n) => `fan-${n + 1}`);
+  const { rate, checks } = await deliverAll(bench, paths, ids, () =>
+    bench.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'fan-' || n, 'status', 'final', 'code', jsonb_build_object('text', 'bench'))
+       FROM generate_series(1, $1::int) n`,
+      [events],
+    ),
+  );
+  return { row: `fan-out: ${subscriptions} subscriptions × ${events.toLocaleString('en-US')} events`, figure: rate, unit: 'deliveries/s', checks };
+}
+
+/** Transaction Bundles of `size` new resources, as an API client posts them. */
+function transactionBundle(resources: object[]): object {
+  return {
+    resourceType: 'Bundle',
+    type: 'transaction',
+    entry: resources.map((resource) => ({ resource, request: { method: 'POST', url: (resource as { resourceType: string }).resourceType } })),
+  };
+}
+
+/** The HTTP API in this process (Fastify's inject: no socket), with a key to call it. */
+async function apiOf(bench: Bench): Promise<{ post: (body: object) => Promise<void>; close: () => Promise<void> }> {
+  const app = await buildApp({ database: bench.database, baseUrl: 'http://localhost:8080', webhookNamingSystem: 'webhook', secretsEncryptionKey: secretsKey, logger });
+  const { key } = await createApiKey(bench.database.db, 'bench');
+  return {
+    post: async (body) => {
+      const response = await app.inject({ method: 'POST', url: '/fhir/resources/Bundle', headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, payload: body });
+      if (response.statusCode !== 200) throw new Error(`the API answered ${response.statusCode}: ${response.body.slice(0, 300)}`);
+    },
+    close: () => app.close(),
+  };
+}
+
+/** 5,000 resources written through the API in transaction Bundles of 250: deliveries/s from the first write to the last delivery. */
+async function apiBurst(bench: Bench): Promise<Row> {
+  const [path] = await subscribe(bench, ['Appointment?status=proposed']);
+  const api = await apiOf(bench);
+  const total = 5_000;
+  const size = 250;
+  const received = new Set<string>();
+  let last = 0;
+  bench.receiver.onReceipt((receipt) => {
+    if (receipt.kind !== 'resource' || receipt.path !== path) return;
+    received.add(receipt.id);
+    last = Math.max(last, receipt.receivedAt);
+  });
+  const started = wallNow();
+  for (let bundle = 0; bundle < total / size; bundle++) {
+    await api.post(transactionBundle(Array.from({ length: size }, () => ({ resourceType: 'Appointment', status: 'proposed', participant: [] }))));
+  }
+  await until(async () => received.size === total, 120_000, `${total} API deliveries`);
+  await api.close();
+  return { row: `API burst: ${total.toLocaleString('en-US')} resources in transaction Bundles of ${size}, first write → last delivery`, figure: total / ((last - started) / 1000), unit: 'deliveries/s' };
+}
+
+/** What a matching subscription costs the writer: transaction Bundles of 250 with none, then with one, median time per Bundle. */
+async function writerCost(bench: Bench): Promise<Row> {
+  const api = await apiOf(bench);
+  const bundles = 10;
+  const timeBundles = async () => {
+    const times: number[] = [];
+    for (let n = 0; n < bundles; n++) {
+      const body = transactionBundle(Array.from({ length: 250 }, () => ({ resourceType: 'Slot', status: 'free', schedule: { reference: 'Schedule/bench' }, start: '2026-01-01T09:00:00Z', end: '2026-01-01T09:15:00Z' })));
+      const started = wallNow();
+      await api.post(body);
+      times.push(wallNow() - started);
+    }
+    return percentile(times, 0.5);
+  };
+  const none = await timeBundles();
+  await subscribe(bench, ['Slot?status=free']);
+  const one = await timeBundles();
+  await api.close();
+  return {
+    row: 'writer cost: a transaction Bundle of 250 with 1 matching subscription vs none',
+    figure: one / none,
+    unit: '×',
+    target: '≤ 1.5×',
+    met: one / none <= 1.5,
+    checks: `median ${none.toFixed(0)} ms with none, ${one.toFixed(0)} ms with one`,
+  };
+}
+
+/**
+ * Single-row INSERTs at 100 per second for 10 s, each matching `subscriptions`
+ * subscriptions: commit (the INSERT's acknowledgement) → receipt, per delivery.
+ */
+async function latency(bench: Bench, subscriptions: number, status: string): Promise<Row> {
+  const criteria = Array.from({ length: subscriptions }, (_, n) => `Encounter?status=${status},bench-${n + 1}`);
+  const paths = await subscribe(bench, criteria);
+  const writes = 1_000;
+  const acknowledged = new Map<string, number>();
+  const latencies: number[] = [];
+  bench.receiver.onReceipt((receipt) => {
+    const ack = acknowledged.get(receipt.id);
+    if (receipt.kind === 'resource' && ack !== undefined && paths.includes(receipt.path)) latencies.push(receipt.receivedAt - ack);
+  });
+  const started = wallNow();
+  for (let n = 1; n <= writes; n++) {
+    const due = started + n * 10;
+    if (due > wallNow()) await sleep(due - wallNow());
+    const id = `${status}-${n}`;
+    await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Encounter', id, status, class: { code: 'AMB' } })]);
+    acknowledged.set(id, wallNow());
+  }
+  await until(async () => latencies.length >= writes * subscriptions, 60_000, `${writes * subscriptions} deliveries`);
+  const p = (fraction: number) => percentile(latencies, fraction);
+  const target = subscriptions === 1 ? 10 : 50;
+  return {
+    row: `latency at 100 writes/s, ${subscriptions} matching subscription${subscriptions === 1 ? '' : 's'}: p99 commit → receipt`,
+    figure: p(0.99),
+    unit: 'ms',
+    target: `p99 ≤ ${target} ms`,
+    met: p(0.99) <= target,
+    checks: `p50 ${p(0.5).toFixed(1)} ms, p95 ${p(0.95).toFixed(1)} ms, p99 ${p(0.99).toFixed(1)} ms, max ${Math.max(...latencies).toFixed(1)} ms over ${latencies.length} deliveries`,
+  };
+}
+
+/**
+ * A backlog: `events` notifications queued while no worker runs, then drained.
+ * The rate of the last 10% against the first 10%, and no job left behind.
+ */
+async function backlog(url: string, receiver: BenchReceiver, events: number): Promise<Row> {
+  const [path] = await withDispatcher(url, receiver, (bench) => subscribe(bench, ['Appointment?status=waitlist']));
+  const writer = new pg.Client({ connectionString: url });
+  await writer.connect();
+  await writer.query(
+    `INSERT INTO fhir.resources (content)
+     SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'backlog-' || n, 'status', 'waitlist', 'participant', jsonb_build_array())
+     FROM generate_series(1, $1::int) n`,
+    [events],
+  );
+  const receipts: number[] = [];
+  const seen = new Set<string>();
+  receiver.onReceipt((receipt) => {
+    if (receipt.kind !== 'resource' || receipt.path !== path || seen.has(receipt.id)) return;
+    seen.add(receipt.id);
+    receipts.push(receipt.receivedAt);
+  });
+  const left = await withDispatcher(url, receiver, async () => {
+    await until(async () => seen.size === events, 120_000 + events * 10, `${events} backlog deliveries`);
+    await until(async () => (await writer.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker.jobs')).rows[0]!.n === 0, 30_000, 'an empty queue');
+    return (await writer.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker._private_jobs')).rows[0]!.n;
+  });
+  await writer.end();
+  const tenth = Math.floor(events / 10);
+  const rate = (from: number, to: number) => (to - from) / ((receipts[to - 1]! - receipts[from]!) / 1000);
+  const first = rate(0, tenth);
+  const last = rate(events - tenth, events);
+  return {
+    row: `backlog: ${events.toLocaleString('en-US')} events queued, then drained: last 10% vs first 10%`,
+    figure: last / first,
+    unit: '×',
+    target: '≥ 0.8×, no job left',
+    met: last / first >= 0.8 && left === 0,
+    checks: `first 10% ${Math.round(first)}/s, last 10% ${Math.round(last)}/s, ${left} jobs left behind`,
+  };
+}
+
+// --- the run ---------------------------------------------------------------------------
+
+async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+function withTargets(rows: Row[]): Row[] {
+  const ceiling = rows.find((row) => row.row.startsWith('ceiling: graphile-worker'))!.figure;
+  const drainRate = rows.find((row) => row.row.startsWith('drain'))?.figure;
+  return rows.map((row) => {
+    if (row.row.startsWith('drain')) return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 1.0× the ceiling', met: row.figure >= ceiling };
+    if (row.row.startsWith('fan-out') && drainRate !== undefined) {
+      return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ drain', met: row.figure >= drainRate };
+    }
+    return row;
+  });
+}
+
+function print(rows: Row[]): void {
+  if (options.json) {
+    console.log(JSON.stringify(rows, null, 2));
+    return;
+  }
+  const format = (row: Row) => [
+    row.row,
+    row.unit === 'MiB' ? `${row.figure.toFixed(0)} MiB` : row.unit === 'ms' ? `${row.figure.toFixed(1)} ms` : row.unit === '×' ? `${row.figure.toFixed(2)}×` : `${Math.round(row.figure).toLocaleString('en-US')} ${row.unit}`,
+    row.ratioToCeiling === undefined ? '' : `${row.ratioToCeiling.toFixed(2)}×`,
+    row.target === undefined ? '' : `${row.target}: ${row.met ? 'met' : 'NOT met'}`,
+  ];
+  const table = [['row', 'figure', 'vs ceiling', 'target'], ...rows.map(format)];
+  const widths = table[0]!.map((_, column) => Math.max(...table.map((line) => line[column]!.length)));
+  for (const line of table) console.log(line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd());
+  for (const row of rows) if (row.checks) console.log(`  ${row.row.split(':')[0]}: ${row.checks}`);
+}
+
+const scratch = await createScratchDatabase();
+const receiver = await startBenchReceiver(secret);
+try {
+  // The dispatcher first, so that its peak RSS owes nothing to the ceilings' runs in this process.
+  const measured: Row[] = [];
+  await withDispatcher(scratch.url, receiver, async (bench) => {
+    measured.push(await drain(bench, Number(options.rows)));
+    measured.push(await fanOut(bench, 10, 2_000));
+    measured.push(await apiBurst(bench));
+    measured.push(await writerCost(bench));
+    measured.push(await latency(bench, 1, 'planned'));
+    measured.push(await latency(bench, 11, 'arrived'));
+  });
+  measured.push(await backlog(scratch.url, receiver, Number(options.backlog)));
+  measured.push({ row: 'peak RSS of the dispatcher process', figure: peakRss / 1024 / 1024, unit: 'MiB', target: '≤ 300 MiB', met: peakRss <= 300 * 1024 * 1024 });
+  const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCapacity(receiver, 20_000)];
+  print(withTargets([...ceilings, ...measured]));
+} finally {
+  receiver.stop();
+  await scratch.drop();
+}

@@ -1,0 +1,86 @@
+import { fork } from 'node:child_process';
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * The benchmark's webhook receiver, in a process of its own so that what is
+ * measured in the benchmark's process is the dispatcher. It answers 200 at
+ * once, checks every signature against BENCH_SECRET, and reports each call
+ * (batched per event-loop turn) over IPC: the path (one per subscription),
+ * the resource id, version and lastUpdated, whether the signature held, and
+ * when the body was in (epoch ms, comparable across processes on one machine).
+ */
+
+export type Receipt = {
+  path: string;
+  kind: 'handshake' | 'resource';
+  id: string;
+  versionId: string;
+  /** The resource's meta.lastUpdated as epoch ms, microseconds kept as the fraction (NaN without one). */
+  lastUpdated: number;
+  signatureOk: boolean;
+  receivedAt: number;
+};
+type Message = { type: 'ready'; port: number } | { type: 'receipts'; batch: Receipt[] };
+
+export const wallNow = () => performance.timeOrigin + performance.now();
+
+export type BenchReceiver = { port: number; onReceipt: (handler: (receipt: Receipt) => void) => void; stop: () => void };
+
+/** Starts the receiver process; every call it gets is handed to the current onReceipt handler. */
+export async function startBenchReceiver(secret: string): Promise<BenchReceiver> {
+  const child = fork(import.meta.filename, [], { env: { ...process.env, BENCH_RECEIVER: '1', BENCH_SECRET: secret }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  let handler: (receipt: Receipt) => void = () => undefined;
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`the receiver exited (${code})`)));
+    child.on('message', (message: Message) => {
+      if (message.type === 'ready') resolve(message.port);
+      else for (const receipt of message.batch) handler(receipt);
+    });
+  });
+  child.removeAllListeners('exit');
+  return { port, onReceipt: (next) => (handler = next), stop: () => child.kill() };
+}
+
+function serve(secret: string): void {
+  let batch: Receipt[] = [];
+  let flushing = false;
+  const flush = () => {
+    flushing = false;
+    process.send?.({ type: 'receipts', batch } satisfies Message);
+    batch = [];
+  };
+  const server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const receivedAt = wallNow();
+      response.writeHead(200).end();
+      const body = Buffer.concat(chunks);
+      const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(body).digest('hex')}`);
+      const received = Buffer.from(String(request.headers['x-hub-signature'] ?? ''));
+      const signatureOk = received.length === expected.length && timingSafeEqual(received, expected);
+      const json = JSON.parse(body.toString('utf8')) as { resourceType?: string; type?: string; id?: string; meta?: { versionId?: string; lastUpdated?: string } };
+      const kind = json.resourceType === 'Bundle' && json.type === 'history' ? 'handshake' : 'resource';
+      const lastUpdated = json.meta?.lastUpdated === undefined ? Number.NaN : parseInstant(json.meta.lastUpdated);
+      batch.push({ path: request.url ?? '', kind, id: json.id ?? '', versionId: json.meta?.versionId ?? '', lastUpdated, signatureOk, receivedAt });
+      if (!flushing) {
+        flushing = true;
+        setImmediate(flush);
+      }
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, '127.0.0.1', () => process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port } satisfies Message));
+  process.on('disconnect', () => process.exit(0));
+}
+
+/** A FHIR instant with microseconds (2026-01-01T09:00:00.123456Z) as epoch ms, keeping the fraction. */
+function parseInstant(instant: string): number {
+  const fraction = /\.(\d+)Z$/.exec(instant)?.[1] ?? '';
+  return Date.parse(instant.replace(/\.\d+Z$/, 'Z')) + (fraction === '' ? 0 : Number(`0.${fraction}`) * 1000);
+}
+
+if (process.env.BENCH_RECEIVER === '1') serve(process.env.BENCH_SECRET ?? '');

@@ -1,0 +1,73 @@
+import type { Task } from 'graphile-worker';
+import { sql } from 'kysely';
+import { z } from 'zod';
+import type { Db } from './database.ts';
+
+/**
+ * The job queue's contract: every graphile-worker job of the service, its task
+ * name and its payload. Whoever enqueues a job goes through enqueueJob (the
+ * subscription store, the dispatcher's tasks); every task checks its payload
+ * with taskFor when the job starts. The notification triggers build the
+ * resource-event payload in SQL (webhook.event_payload, in
+ * db/migrations/0003_notification_triggers.sql):
+ * test/notification-triggers.test.ts pins what they enqueue to these schemas.
+ */
+
+const attempt = z.number().int().positive();
+
+/** A change of a resource that a subscription is told about. */
+export const resourceEvent = z.object({
+  subscriptionId: z.uuid(),
+  resourceType: z.string().min(1),
+  resourceId: z.string().min(1),
+  /** The version that made the event: for a deletion, the deletion's own version. */
+  versionId: z.number().int().positive(),
+  deleted: z.boolean(),
+  /** 1 when absent (as the triggers enqueue it); the retries count up. */
+  attempt: attempt.optional(),
+});
+export type ResourceEvent = z.infer<typeof resourceEvent>;
+
+export const jobPayloads = {
+  /** Enqueued with the subscription's creation. */
+  subscription_handshake: z.object({ subscriptionId: z.uuid(), attempt: attempt.optional() }),
+  /** By the triggers, for a subscription in error (job key reactivate:<id>). */
+  subscription_reactivation: resourceEvent,
+  /** By the triggers, for an active subscription; by the tasks for a retry. */
+  notification_delivery: resourceEvent,
+  /** With a deactivation, in its transaction. */
+  deactivation_alert: z.object({ alertId: z.union([z.number().int(), z.string().regex(/^\d+$/)]).transform(String) }),
+  /** By graphile-worker's crontab (it passes its own bookkeeping). */
+  delivery_log_cleanup: z.unknown(),
+};
+
+export type JobName = keyof typeof jobPayloads;
+export type JobPayload<Name extends JobName> = z.input<(typeof jobPayloads)[Name]>;
+type CheckedPayload<Name extends JobName> = z.output<(typeof jobPayloads)[Name]>;
+
+export type EnqueueOptions = {
+  /** Run no sooner than this from now. */
+  delayMs?: number;
+  /** graphile-worker's job key: at most one pending job per key. */
+  jobKey?: string;
+};
+
+/** Adds a job in the caller's transaction: it exists if and only if that transaction commits. */
+export async function enqueueJob<Name extends JobName>(db: Db, task: Name, payload: JobPayload<Name>, options: EnqueueOptions = {}): Promise<void> {
+  const checked = jobPayloads[task].parse(payload);
+  const runAt = options.delayMs === undefined ? null : new Date(Date.now() + options.delayMs);
+  await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(checked ?? {})}::json, run_at => ${runAt}::timestamptz, job_key => ${options.jobKey ?? null}::text)`.execute(db);
+}
+
+/**
+ * A graphile-worker task that runs only on a payload that fits the contract
+ * (else the job fails, saying why). `abortSignal` is the job's: it aborts when
+ * a graceful shutdown has waited long enough for the job.
+ */
+export function taskFor<Name extends JobName>(task: Name, run: (payload: CheckedPayload<Name>, abortSignal: AbortSignal) => Promise<void>): Task {
+  return async (payload, helpers) => {
+    const checked = jobPayloads[task].safeParse(payload);
+    if (!checked.success) throw new Error(`${task}: the payload does not fit the job contract (src/db/jobs.ts): ${z.prettifyError(checked.error)}`);
+    await run(checked.data as CheckedPayload<Name>, helpers.abortSignal);
+  };
+}

@@ -1,0 +1,180 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Dispatcher } from 'undici';
+import type { Config } from '../config/index.ts';
+import type { Db } from '../db/database.ts';
+import type { ResourceEvent } from '../db/jobs.ts';
+import type { AlertMailer } from '../mail/alerts.ts';
+import type { CompiledCriteria } from '../search/criteria.ts';
+import type { SecretBox } from '../subscriptions/secrets.ts';
+import type { TokenProvider } from './oauth.ts';
+import { outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
+
+/**
+ * What every dispatcher task shares: the subscriber as a task sees it, the
+ * signed call, the retry schedule and the attempt record.
+ */
+
+export type DispatchContext = {
+  db: Db;
+  box: SecretBox;
+  baseUrl: string;
+  namingSystem: string;
+  delivery: Config['delivery'];
+  /** The SSRF-guarded HTTP/1.1 agent. */
+  dispatcher: Dispatcher;
+  tokens: TokenProvider | undefined;
+  mailer: AlertMailer;
+  logger: Logger;
+};
+
+/** A subscription as a task sees it: its secrets decrypted. */
+export type Target = {
+  id: string;
+  status: 'requested' | 'active' | 'error' | 'off';
+  criteria: string;
+  endpoint: string;
+  headers: string[];
+  secret: string;
+  compiled: CompiledCriteria;
+  contactEmails: string[];
+};
+
+export async function loadTarget(context: DispatchContext, id: string): Promise<Target | undefined> {
+  const row = await context.db
+    .selectFrom('webhook.subscriptions')
+    .select(['id', 'status', 'criteria', 'endpoint', 'headers_encrypted', 'signing_secret_encrypted', 'compiled_criteria', 'contact_emails'])
+    .where('id', '=', id)
+    .executeTakeFirst();
+  if (!row) return undefined;
+  return {
+    id: row.id,
+    status: row.status,
+    criteria: row.criteria,
+    endpoint: row.endpoint,
+    headers: JSON.parse(context.box.open(row.headers_encrypted)) as string[],
+    secret: context.box.open(row.signing_secret_encrypted),
+    compiled: row.compiled_criteria as CompiledCriteria,
+    contactEmails: row.contact_emails,
+  };
+}
+
+/**
+ * A call cut short because this worker is shutting down: not the subscriber's
+ * failure, and not recorded. The task throws it; graphile-worker counts the job
+ * failed and runs it again after its backoff (in another worker process, or
+ * here after the restart).
+ */
+export class ShutdownAbort extends Error {
+  override name = 'ShutdownAbort';
+}
+
+/**
+ * Sends a FHIR body to the subscriber, signed, with an OAuth token when
+ * configured. `signal` is the job's: a graceful shutdown that outlasts
+ * graphile-worker's patience (5 s) aborts the call, and ShutdownAbort is thrown.
+ */
+export async function call(context: DispatchContext, target: Target, resource: unknown, signal?: AbortSignal): Promise<CallResult> {
+  const body = Buffer.from(JSON.stringify(resource));
+  let token: string | undefined;
+  if (context.tokens) {
+    try {
+      token = await context.tokens.token();
+    } catch (error) {
+      // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
+      const reason = error instanceof Error ? error.message : String(error);
+      return {
+        verdict: 'retryable',
+        httpStatus: undefined,
+        error: reason,
+        responseExcerpt: undefined,
+        retryAfterSeconds: undefined,
+        startedAt: new Date(),
+        durationMs: 0,
+        failedAt: 'token-endpoint',
+      };
+    }
+  }
+  const result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token), {
+    dispatcher: context.dispatcher,
+    responseTimeoutMs: context.delivery.responseTimeoutMs,
+    ...(signal === undefined ? {} : { signal }),
+  });
+  // Only the abort itself: an answer that came in just before it stands.
+  if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
+    throw new ShutdownAbort(`the call to ${target.endpoint} was cut short by the worker's shutdown; the job runs again`);
+  }
+  return result;
+}
+
+/** A history Bundle holding a SubscriptionStatus of type handshake (FHIR subscriptions backport). */
+export function handshakeBundle(context: DispatchContext, target: Target): unknown {
+  return {
+    resourceType: 'Bundle',
+    id: randomUUID(),
+    type: 'history',
+    timestamp: new Date().toISOString(),
+    entry: [
+      {
+        fullUrl: `urn:uuid:${randomUUID()}`,
+        resource: {
+          resourceType: 'SubscriptionStatus',
+          status: target.status,
+          type: 'handshake',
+          eventsSinceSubscriptionStart: '0',
+          subscription: { reference: `${context.baseUrl}/fhir/resources/Subscription/${target.id}` },
+          topic: target.criteria,
+        },
+      },
+    ],
+  };
+}
+
+/** The longest Retry-After honoured: beyond it the configured delay applies. */
+const retryAfterCapSeconds = 600;
+
+/**
+ * The delay before the attempt after `attempt` (1-based), or undefined when
+ * that was the last one: an event (or a handshake) has DELIVERY_MAX_FAILURES
+ * attempts, spaced by DELIVERY_RETRY_DELAYS_MS (its last delay repeating when
+ * the list is shorter), each delay jittered by ±20% so that events failed
+ * together are not retried together. A Retry-After wins, within its cap.
+ */
+export function retryDelay(context: DispatchContext, attempt: number, result: CallResult): number | undefined {
+  const { maxFailures, retryDelaysMs } = context.delivery;
+  if (attempt >= maxFailures) return undefined;
+  const configured = retryDelaysMs[Math.min(attempt, retryDelaysMs.length) - 1]!;
+  const jittered = Math.round(configured * (0.8 + Math.random() * 0.4));
+  const retryAfter = result.retryAfterSeconds;
+  return retryAfter === undefined ? jittered : Math.max(jittered, Math.min(retryAfter, retryAfterCapSeconds) * 1000);
+}
+
+export type AttemptKind = 'handshake' | 'notification';
+export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
+
+export async function recordAttempt(db: Db, ...record: Parameters<typeof attemptRecord>): Promise<void> {
+  await db.insertInto('webhook.delivery_attempts').values(attemptRecord(...record)).execute();
+}
+
+/** A row of webhook.delivery_attempts. */
+export function attemptRecord(subscriptionId: string, kind: AttemptKind, event: ResourceEvent | undefined, attempt: number, result: CallResult, outcome: AttemptOutcome) {
+  return {
+    subscription_id: subscriptionId,
+    kind,
+    resource_type: event?.resourceType ?? null,
+    resource_id: event?.resourceId ?? null,
+    version_id: event?.versionId ?? null,
+    attempt,
+    started_at: result.startedAt,
+    duration_ms: result.durationMs,
+    http_status: result.httpStatus ?? null,
+    outcome,
+    error: result.error ?? null,
+    response_excerpt: result.responseExcerpt ?? null,
+  };
+}
+
+/** Why a call failed, for the subscription's error: the status or network error and the endpoint, or the token endpoint's failure. */
+export function describeFailure(result: CallResult, endpoint: string): string {
+  return result.failedAt === 'token-endpoint' ? (result.error ?? 'OAuth token endpoint failed') : `${result.error ?? 'failed'} from ${endpoint}`;
+}

@@ -1,0 +1,85 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/database.ts';
+import { enqueueJob } from '../db/jobs.ts';
+
+/**
+ * The subscription state machine, as the dispatcher drives it. Each change is
+ * one guarded statement: it does nothing when the subscription is no longer in
+ * the state it expects (another job got there first). Call them in the
+ * transaction that records the attempt that caused them.
+ *
+ *   requested → active     the handshake answered 2xx
+ *   requested → error      the handshake failed for good
+ *   active    → error      an event's last attempt failed, or DELIVERY_MAX_FAILURES
+ *                          events in a row were refused for good (an alert goes out)
+ *   error     → active     a reactivation handshake answered 2xx, unless superseded
+ *   (any)     → off        a switch-off of its criteria (store.ts)
+ *
+ * A subscription in error for whose criteria a newer subscription exists is
+ * superseded and never called again (db/migrations/0005_superseded_subscriptions.sql).
+ */
+
+export async function activate(db: Db, id: string): Promise<void> {
+  await db.updateTable('webhook.subscriptions').set({ status: 'active', failure_count: 0, error: null }).where('id', '=', id).where('status', '=', 'requested').execute();
+}
+
+export async function failHandshake(db: Db, id: string, reason: string): Promise<void> {
+  await db.updateTable('webhook.subscriptions').set({ status: 'error', error: reason }).where('id', '=', id).where('status', '=', 'requested').execute();
+}
+
+/** One more event refused for good in a row; the new count, or undefined when the subscription is no longer active. */
+export async function countPermanentFailure(db: Db, id: string): Promise<number | undefined> {
+  const counted = await db
+    .updateTable('webhook.subscriptions')
+    .set((eb) => ({ failure_count: eb('failure_count', '+', 1) }))
+    .where('id', '=', id)
+    .where('status', '=', 'active')
+    .returning('failure_count')
+    .executeTakeFirst();
+  return counted?.failure_count;
+}
+
+/** A delivery ends a run of refusals: the statement to run with the delivery's record (one commit for both). */
+export function resetFailureCount(db: Db, id: string) {
+  return db.updateTable('webhook.subscriptions').set({ failure_count: 0 }).where('id', '=', id).where('failure_count', '>', 0);
+}
+
+/**
+ * Active → error with the reason, and an alert to the contacts recorded and
+ * enqueued. Returns the alert's id, or undefined when the subscription was not
+ * active any more (of two events failing together, the second changes nothing).
+ */
+export async function deactivate(db: Db, id: string, reason: string, recipients: string[]): Promise<string | undefined> {
+  const deactivated = await db.updateTable('webhook.subscriptions').set({ status: 'error', error: reason }).where('id', '=', id).where('status', '=', 'active').executeTakeFirst();
+  if (deactivated.numUpdatedRows === 0n) return undefined;
+  const alert = await db
+    .insertInto('webhook.deactivation_alerts')
+    .values({ subscription_id: id, recipients, reason, handled_as: null, handled_at: null })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  await enqueueJob(db, 'deactivation_alert', { alertId: String(alert.id) });
+  return String(alert.id);
+}
+
+/** Whether a newer subscription exists for this one's criteria (db/migrations/0005_superseded_subscriptions.sql). */
+export async function isSuperseded(db: Db, id: string): Promise<boolean> {
+  const { rows } = await sql<{ superseded: boolean }>`SELECT webhook.subscription_is_superseded(${id}) AS superseded`.execute(db);
+  return rows[0]?.superseded === true;
+}
+
+/** Error → active after a reactivation handshake, unless superseded meanwhile; whether it happened. */
+export async function reactivate(db: Db, id: string): Promise<boolean> {
+  const reactivated = await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'active', failure_count: 0, error: null })
+    .where('id', '=', id)
+    .where('status', '=', 'error')
+    .where(sql<boolean>`NOT webhook.subscription_is_superseded(${id})`)
+    .executeTakeFirst();
+  return reactivated.numUpdatedRows > 0n;
+}
+
+/** A failed reactivation handshake: still in error, with the new reason. */
+export async function failReactivation(db: Db, id: string, reason: string): Promise<void> {
+  await db.updateTable('webhook.subscriptions').set({ error: reason }).where('id', '=', id).where('status', '=', 'error').execute();
+}
