@@ -45,8 +45,8 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Data
   const server = await databaseServer(config, logger);
   const closers: Closer[] = [() => server.release()];
   try {
-    // Every worker job may hold a connection, besides the API's requests.
-    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'), config.delivery.concurrency + 10);
+    // The API's requests and the migrations; the workers have their own pool (src/dispatch/worker.ts).
+    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'));
     closers.push(() => database.close());
     if (config.migrateOnStart) {
       const applied = await applyMigrations(database.pool, (message) => logger.debug(message));

@@ -29,15 +29,23 @@ async function subscribe(criteria: string, status: SubscriptionStatus): Promise<
   return rows[0]!.id;
 }
 
-type Job = { task: string; key: string | null; payload: { subscriptionId: string; resourceType: string; resourceId: string; versionId: number; deleted: boolean } };
+type Event = { resourceType: string; resourceId: string; versionId: number; deleted: boolean };
+type Job = { task: string; key: string | null; queue: string | null; payload: { subscriptionId: string; events?: Event[] } & Partial<Event> };
 
 async function jobs(): Promise<Job[]> {
   const { rows } = await database.pool.query<Job>(
-    `SELECT jobs.task_identifier AS task, jobs.key, private.payload
+    `SELECT jobs.task_identifier AS task, jobs.key, jobs.queue_name AS queue, private.payload
      FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)
-     ORDER BY private.payload ->> 'resourceId', jobs.id`,
+     ORDER BY jobs.id`,
   );
   return rows;
+}
+
+/** The notification_delivery jobs' events, in order. */
+async function notifiedEvents(subscriptionId?: string): Promise<Event[]> {
+  return (await jobs())
+    .filter((job) => job.task === 'notification_delivery' && (subscriptionId === undefined || job.payload.subscriptionId === subscriptionId))
+    .flatMap((job) => job.payload.events!);
 }
 
 const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') => JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
@@ -61,7 +69,7 @@ describe('notification triggers on fhir.resources', () => {
     );
   });
 
-  it('enqueue one delivery per matching row of a statement for each active subscription', async () => {
+  it('enqueue one batch of the matching rows of a statement for each active subscription, in its queue', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     const all = await subscribe('Appointment', 'active');
     await subscribe('Appointment?status=booked&_include=Appointment:patient', 'requested');
@@ -72,23 +80,27 @@ describe('notification triggers on fhir.resources', () => {
       appointment('a3', 'booked'),
     ]);
     const enqueued = await jobs();
-    expect(enqueued.filter((job) => job.payload.subscriptionId === booked).map((job) => job.payload.resourceId)).toEqual(['a1', 'a3']);
-    expect(enqueued.filter((job) => job.payload.subscriptionId === all).map((job) => job.payload.resourceId)).toEqual(['a1', 'a2', 'a3']);
-    expect(enqueued).toHaveLength(5);
-    expect(enqueued[0]).toEqual({
+    expect(enqueued).toHaveLength(2);
+    expect(enqueued.find((job) => job.payload.subscriptionId === booked)).toEqual({
       task: 'notification_delivery',
       key: null,
-      payload: { subscriptionId: expect.any(String), resourceType: 'Appointment', resourceId: 'a1', versionId: 1, deleted: false },
+      queue: `subscription:${booked}`,
+      payload: {
+        subscriptionId: booked,
+        events: [
+          { resourceType: 'Appointment', resourceId: 'a1', versionId: 1, deleted: false },
+          { resourceType: 'Appointment', resourceId: 'a3', versionId: 1, deleted: false },
+        ],
+      },
     });
+    expect((await notifiedEvents(all)).map((event) => event.resourceId)).toEqual(['a1', 'a2', 'a3']);
   });
 
   it('evaluate the criteria against the current value on update', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a1', 'proposed')]);
     await database.pool.query(`UPDATE fhir.resources SET content = content || '{"status":"booked"}' WHERE id = 'a1'`);
-    expect(await jobs()).toEqual([
-      { task: 'notification_delivery', key: null, payload: { subscriptionId: booked, resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: false } },
-    ]);
+    expect(await notifiedEvents(booked)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: false }]);
   });
 
   it('evaluate only active, status and :missing on deletions, with the deletion version', async () => {
@@ -96,9 +108,7 @@ describe('notification triggers on fhir.resources', () => {
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [appointment('a1', 'booked'), appointment('a2', 'cancelled')]);
     expect(await jobs()).toEqual([]);
     await database.pool.query(`DELETE FROM fhir.resources WHERE resource_type = 'Appointment'`);
-    expect(await jobs()).toEqual([
-      { task: 'notification_delivery', key: null, payload: { subscriptionId: old, resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: true } },
-    ]);
+    expect(await notifiedEvents(old)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: true }]);
   });
 
   it('enqueue one reactivation per subscription in error, whatever the number of events', async () => {
@@ -121,7 +131,7 @@ describe('notification triggers on fhir.resources', () => {
       JSON.stringify({ resourceType: 'Bundle', id: 'doc', type: 'document', entry: [] }),
       JSON.stringify({ resourceType: 'Bundle', id: 'coll', type: 'collection', entry: [] }),
     ]);
-    expect((await jobs()).map((job) => job.payload.resourceId)).toEqual(['doc']);
+    expect((await notifiedEvents()).map((event) => event.resourceId)).toEqual(['doc']);
   });
 
   it('enqueue nothing for a rolled-back write', async () => {
@@ -143,18 +153,18 @@ describe('notification triggers on fhir.resources', () => {
       JSON.stringify({ resourceType: 'Appointment', id: 'odd', status: 'booked', start: '2026-13-45T99:99:99Z' }),
       appointment('fine', 'booked'),
     ]);
-    expect((await jobs()).map((job) => job.payload.resourceId)).toEqual(['fine']);
+    expect((await notifiedEvents()).map((event) => event.resourceId)).toEqual(['fine']);
   });
 
-  it('enqueue 20,000 deliveries for a 20,000-row statement, in one add_jobs call', async () => {
+  it('enqueue 20,000 deliveries for a 20,000-row statement in batches of 100, in one add_jobs call', async () => {
     await subscribe('Appointment?status=booked', 'active');
     await database.pool.query(
       `INSERT INTO fhir.resources (content)
        SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
        FROM generate_series(1, 20000) n`,
     );
-    const { rows } = await database.pool.query(`SELECT count(*)::int AS n, count(DISTINCT private.payload ->> 'resourceId')::int AS distinct_resources
-      FROM graphile_worker._private_jobs private`);
-    expect(rows[0]).toEqual({ n: 20000, distinct_resources: 20000 });
+    const { rows } = await database.pool.query(`SELECT count(DISTINCT private.id)::int AS jobs, count(*)::int AS events, count(DISTINCT event ->> 'resourceId')::int AS distinct_resources
+      FROM graphile_worker._private_jobs private CROSS JOIN json_array_elements(private.payload -> 'events') event`);
+    expect(rows[0]).toEqual({ jobs: 200, events: 20000, distinct_resources: 20000 });
   });
 });

@@ -35,7 +35,8 @@ const environmentSchema = z.object({
   DELIVERY_MAX_FAILURES: z.coerce.number().int().min(1).default(3),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(15_000),
-  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(16),
+  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
+  DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
   ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),
@@ -71,6 +72,7 @@ export type Config = Readonly<{
     responseTimeoutMs: number;
     /** Jobs in flight per worker process. */
     concurrency: number;
+    parallelCalls: number;
     /** Turns the SSRF guard off (development only). */
     allowPrivateNetworks: boolean;
     logRetentionDays: number;
@@ -115,6 +117,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       connectTimeoutMs: env.DELIVERY_CONNECT_TIMEOUT_MS,
       responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,
       concurrency: env.WORKER_CONCURRENCY,
+      parallelCalls: env.DELIVERY_PARALLEL_CALLS,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
     },

@@ -5,15 +5,21 @@ import type { Database } from './schema.ts';
 
 export type Db = Kysely<Database>;
 
-/** One pg pool, shared by Kysely and (later) graphile-worker and the migrator. */
+/** A pg pool and the Kysely on it. */
 export type DatabaseHandle = {
+  connectionString: string;
   pool: pg.Pool;
   db: Db;
   close(): Promise<void>;
 };
 
-export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void, maxConnections = 10): DatabaseHandle {
-  const pool = new pg.Pool({ connectionString, max: maxConnections });
+/**
+ * `asynchronousCommit` commits without waiting for the WAL flush
+ * (synchronous_commit = off): a PostgreSQL crash may lose the last commits,
+ * in order, never half of one. Only for writes that may be repeated.
+ */
+export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void, maxConnections = 10, asynchronousCommit = false): DatabaseHandle {
+  const pool = new pg.Pool({ connectionString, max: maxConnections, ...(asynchronousCommit ? { options: '-c synchronous_commit=off' } : {}) });
   // A client that loses its server (restart, failover) must not crash the process,
   // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);
@@ -28,6 +34,7 @@ export function connectDatabase(connectionString: string, onIdleError: (error: E
   });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
+    connectionString,
     pool,
     db,
     // Kysely's destroy() ends the pool only if Kysely has used it (it initialises its

@@ -28,13 +28,39 @@ export const resourceEvent = z.object({
 });
 export type ResourceEvent = z.infer<typeof resourceEvent>;
 
+/** One event of a notification batch (webhook.batch_event in SQL). */
+export const batchEvent = resourceEvent.omit({ subscriptionId: true });
+export type BatchEvent = z.infer<typeof batchEvent>;
+
+/** At most this many events in one notification_delivery job (the triggers' batch_size). */
+export const maxBatchSize = 100;
+
+/**
+ * Events for one subscription, sent in their order: a statement's matching
+ * rows in chunks, or a batch's events to try again.
+ */
+const notificationBatch = z.object({ subscriptionId: z.uuid(), events: z.array(batchEvent).min(1).max(maxBatchSize) });
+export type NotificationBatch = z.infer<typeof notificationBatch>;
+
+/** The named queue of a subscription's notifications: its jobs run one at a time, in order. */
+export function notificationQueue(subscriptionId: string): string {
+  return `subscription:${subscriptionId}`;
+}
+
 export const jobPayloads = {
   /** Enqueued with the subscription's creation. */
   subscription_handshake: z.object({ subscriptionId: z.uuid(), attempt: attempt.optional() }),
   /** By the triggers, for a subscription in error (job key reactivate:<id>). */
   subscription_reactivation: resourceEvent,
-  /** By the triggers, for an active subscription; by the tasks for a retry. */
-  notification_delivery: resourceEvent,
+  /**
+   * By the triggers, for an active subscription; by the tasks for a retry;
+   * always in the subscription's queue (notificationQueue). A single event is
+   * what the triggers enqueued before migration 0008: still taken, as a batch of one.
+   */
+  notification_delivery: z.union([
+    notificationBatch,
+    resourceEvent.transform(({ subscriptionId, ...event }): NotificationBatch => ({ subscriptionId, events: [event] })),
+  ]),
   /** With a deactivation, in its transaction. */
   deactivation_alert: z.object({ alertId: z.union([z.number().int(), z.string().regex(/^\d+$/)]).transform(String) }),
   /** By graphile-worker's crontab (it passes its own bookkeeping). */
@@ -50,13 +76,20 @@ export type EnqueueOptions = {
   delayMs?: number;
   /** graphile-worker's job key: at most one pending job per key. */
   jobKey?: string;
+  /** graphile-worker's named queue: its jobs run one at a time. */
+  queueName?: string;
 };
 
 /** Adds a job in the caller's transaction: it exists if and only if that transaction commits. */
 export async function enqueueJob<Name extends JobName>(db: Db, task: Name, payload: JobPayload<Name>, options: EnqueueOptions = {}): Promise<void> {
   const checked = jobPayloads[task].parse(payload);
   const runAt = options.delayMs === undefined ? null : new Date(Date.now() + options.delayMs);
-  await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(checked ?? {})}::json, run_at => ${runAt}::timestamptz, job_key => ${options.jobKey ?? null}::text)`.execute(db);
+  await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(checked ?? {})}::json, run_at => ${runAt}::timestamptz, job_key => ${options.jobKey ?? null}::text, queue_name => ${options.queueName ?? null}::text)`.execute(db);
+}
+
+/** Enqueues notifications in their subscription's queue (in the caller's transaction, as enqueueJob). */
+export async function enqueueNotifications(db: Db, batch: NotificationBatch, delayMs?: number): Promise<void> {
+  await enqueueJob(db, 'notification_delivery', batch, { queueName: notificationQueue(batch.subscriptionId), ...(delayMs === undefined ? {} : { delayMs }) });
 }
 
 /**

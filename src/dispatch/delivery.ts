@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
-import type { ResourceEvent } from '../db/jobs.ts';
+import type { BatchEvent } from '../db/jobs.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
@@ -157,7 +157,9 @@ export async function recordAttempt(db: Db, ...record: Parameters<typeof attempt
 }
 
 /** A row of webhook.delivery_attempts. */
-export function attemptRecord(subscriptionId: string, kind: AttemptKind, event: ResourceEvent | undefined, attempt: number, result: CallResult, outcome: AttemptOutcome) {
+export type AttemptRecord = ReturnType<typeof attemptRecord>;
+
+export function attemptRecord(subscriptionId: string, kind: AttemptKind, event: BatchEvent | undefined, attempt: number, result: CallResult, outcome: AttemptOutcome) {
   return {
     subscription_id: subscriptionId,
     kind,

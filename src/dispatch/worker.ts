@@ -3,7 +3,7 @@ import { Logger as WorkerLogger, run, type Runner, type WorkerEvents } from 'gra
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
 import { errorFields } from '../config/logger.ts';
-import type { DatabaseHandle } from '../db/database.ts';
+import { connectDatabase, type DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
@@ -14,11 +14,22 @@ import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 export type Workers = { stop: () => Promise<void> };
 
 /**
+ * Connections of a worker process: a job holds one only for its short queries
+ * (never during its calls), and graphile-worker one more to LISTEN.
+ */
+const workerConnections = 20;
+
+/**
  * Runs the dispatcher's tasks on graphile-worker in this process. Jobs are
  * picked up through LISTEN/NOTIFY as their transactions commit; several
  * processes on one database share them (each job is locked by one).
  */
 export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger): Promise<Workers> {
+  // The workers' own pool, committing asynchronously: job locks and completions, attempt records,
+  // retries and state changes. A PostgreSQL crash can lose only the last of these commits, and WAL
+  // order means a lost change takes its job's completion with it: the job runs again (at least
+  // once), and no event is lost, since the writer's transaction that enqueued it commits synchronously.
+  const workerDatabase = connectDatabase(database.connectionString, (error) => logger.warn({ err: error }, 'idle database connection failed'), workerConnections, true);
   const dispatcher = createDeliveryAgent({
     allowPrivateNetworks: config.delivery.allowPrivateNetworks,
     connectTimeoutMs: config.delivery.connectTimeoutMs,
@@ -26,7 +37,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   });
   const mailer = createAlertMailer(config.mail, logger);
   const taskList = dispatchTasks({
-    db: database.db,
+    db: workerDatabase.db,
     box: createSecretBox(secretsKey),
     baseUrl: config.baseUrl,
     namingSystem: config.webhookNamingSystem,
@@ -42,7 +53,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   events.once('pool:create', ({ workerPool }) => (poolId = workerPool.id));
   const runner: Runner = await run({
     events,
-    pgPool: database.pool,
+    pgPool: workerDatabase.pool,
     concurrency: config.delivery.concurrency,
     // Complete jobs in batches: fewer commits per delivery. (Its localQueue, which also batches
     // fetching, fails its graceful shutdown in 0.18: tested, left off.)
@@ -54,19 +65,24 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
       const log = level === 'error' ? logger.error : level === 'warning' ? logger.warn : logger.debug;
       log.call(logger, loggableMeta(meta), message);
     }),
+  }).catch(async (error: unknown) => {
+    await workerDatabase.close();
+    throw error;
   });
   let liveness: Liveness;
   try {
     if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
-    liveness = await keepWorkerPoolAlive(database.pool, poolId, logger);
+    liveness = await keepWorkerPoolAlive(workerDatabase.pool, poolId, logger);
   } catch (error) {
     await runner.stop();
+    await workerDatabase.close();
     throw error;
   }
   return {
     stop: async () => {
       await runner.stop();
       await liveness.stop();
+      await workerDatabase.close();
       mailer.close();
       await dispatcher.close();
     },

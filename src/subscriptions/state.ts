@@ -27,11 +27,16 @@ export async function failHandshake(db: Db, id: string, reason: string): Promise
   await db.updateTable('webhook.subscriptions').set({ status: 'error', error: reason }).where('id', '=', id).where('status', '=', 'requested').execute();
 }
 
-/** One more event refused for good in a row; the new count, or undefined when the subscription is no longer active. */
-export async function countPermanentFailure(db: Db, id: string): Promise<number | undefined> {
+/**
+ * The events in a row refused for good, after a batch of deliveries: the
+ * refusals after its last delivery, added to the count unless the batch
+ * delivered something. Returns the new count, or undefined when the
+ * subscription is no longer active.
+ */
+export async function countRefusals(db: Db, id: string, batch: { delivered: boolean; trailingRefusals: number }): Promise<number | undefined> {
   const counted = await db
     .updateTable('webhook.subscriptions')
-    .set((eb) => ({ failure_count: eb('failure_count', '+', 1) }))
+    .set((eb) => ({ failure_count: batch.delivered ? eb.val(batch.trailingRefusals) : eb('failure_count', '+', batch.trailingRefusals) }))
     .where('id', '=', id)
     .where('status', '=', 'active')
     .returning('failure_count')

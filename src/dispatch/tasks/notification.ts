@@ -1,65 +1,150 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../db/database.ts';
-import { enqueueJob, type ResourceEvent } from '../../db/jobs.ts';
+import { enqueueNotifications, type BatchEvent, type NotificationBatch } from '../../db/jobs.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import type { CompiledCriteria } from '../../search/criteria.ts';
 import { isSupported, searchParametersOf } from '../../search/parameters.ts';
 import type { Include } from '../../search/query.ts';
 import { includedResources } from '../../search/search.ts';
-import { countPermanentFailure, deactivate, resetFailureCount } from '../../subscriptions/state.ts';
-import { attemptRecord, call, describeFailure, loadTarget, recordAttempt, retryDelay, type DispatchContext, type Target } from '../delivery.ts';
+import { countRefusals, deactivate, resetFailureCount } from '../../subscriptions/state.ts';
+import { attemptRecord, call, type AttemptRecord, describeFailure, loadTarget, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 
 /**
- * notification_delivery: one event to an active subscription. Failures are
- * counted per event: a retryable one is tried again with spacing, up to
- * DELIVERY_MAX_FAILURES attempts, and the last one failing deactivates the
- * subscription; a permanent one ends the event and counts one more event in a
- * row refused for good (DELIVERY_MAX_FAILURES of them deactivate).
+ * notification_delivery: a batch of events to an active subscription (a
+ * single-row write makes a batch of one). The subscription is read once, the
+ * resource versions in one query, and the attempts recorded in one statement;
+ * at most DELIVERY_PARALLEL_CALLS calls are in flight to the subscriber.
+ *
+ * Failures are counted per event: a retryable one is tried again with spacing,
+ * up to DELIVERY_MAX_FAILURES attempts, and the last one failing deactivates
+ * the subscription; a permanent one ends the event and counts one more event
+ * in a row refused for good (DELIVERY_MAX_FAILURES of them deactivate). After
+ * a retryable failure no new call starts: the subscriber is likely down, and
+ * the events not yet sent wait for the retry with the failed ones.
  */
-export async function notification(context: DispatchContext, event: ResourceEvent, signal?: AbortSignal): Promise<void> {
-  const attempt = event.attempt ?? 1;
-  const target = await loadTarget(context, event.subscriptionId);
+export async function notification(context: DispatchContext, batch: NotificationBatch, signal?: AbortSignal): Promise<void> {
+  const target = await loadTarget(context, batch.subscriptionId);
   // Only active subscriptions deliver; a retry of a subscription gone to error or off stops here.
   if (target?.status !== 'active') return;
-  const body = await notificationBody(context, target, event);
-  if (body === undefined) {
-    context.logger.warn({ event }, 'the resource version of a notification is gone; nothing to deliver');
-    return;
+  const bodies = await notificationBodies(context, target, batch.events);
+  const results = await send(context, target, bodies, signal);
+  await settle(context, target, judge(context, target, batch.events, results));
+}
+
+/** What became of each event: its call's result, `gone` (its version was deleted), or `unsent`. */
+type Sent = CallResult | 'gone' | 'unsent';
+
+/**
+ * Calls the subscriber for each body, at most DELIVERY_PARALLEL_CALLS at once,
+ * in the batch's order. Stops starting calls after a retryable failure, or
+ * when the worker shuts down (the call cut short counts as not sent).
+ */
+async function send(context: DispatchContext, target: Target, bodies: unknown[], signal?: AbortSignal): Promise<Sent[]> {
+  const results: Sent[] = bodies.map(() => 'unsent');
+  let next = 0;
+  let stop = false;
+  const lane = async (): Promise<void> => {
+    while (!stop && next < bodies.length) {
+      const index = next++;
+      const body = bodies[index];
+      if (body === undefined) {
+        results[index] = 'gone';
+        continue;
+      }
+      let result: CallResult;
+      try {
+        result = await call(context, target, body, signal);
+      } catch (error) {
+        if (!(error instanceof ShutdownAbort)) throw error;
+        stop = true;
+        return;
+      }
+      results[index] = result;
+      if (result.verdict === 'retryable') stop = true;
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(context.delivery.parallelCalls, bodies.length) }, lane));
+  return results;
+}
+
+/** An event and the failed call that decides something about it. */
+type Failure = { event: BatchEvent; result: CallResult };
+
+/** What a batch's calls come to, before anything is written. */
+type Verdict = {
+  records: AttemptRecord[];
+  /** The events to try again (the failed ones with their next attempt, the unsent as they were), and when. */
+  retry: BatchEvent[];
+  retryDelayMs: number;
+  /** The first event whose last attempt failed: it deactivates the subscription. */
+  exhausted: Failure | undefined;
+  /** The last event refused for good, and how many were refused after the batch's last delivery. */
+  lastRefusal: Failure | undefined;
+  trailingRefusals: number;
+  delivered: boolean;
+};
+
+function judge(context: DispatchContext, target: Target, events: BatchEvent[], results: Sent[]): Verdict {
+  const verdict: Verdict = { records: [], retry: [], retryDelayMs: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
+  for (const [index, event] of events.entries()) {
+    const result = results[index]!;
+    const attempt = event.attempt ?? 1;
+    if (result === 'gone') {
+      context.logger.warn({ subscriptionId: target.id, event }, 'the resource version of a notification is gone; nothing to deliver');
+    } else if (result === 'unsent') {
+      verdict.retry.push(event);
+    } else if (result.verdict === 'delivered') {
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'delivered'));
+      verdict.delivered = true;
+      verdict.trailingRefusals = 0;
+    } else if (result.verdict === 'retryable') {
+      // Retried with spacing, so that a blip of the subscriber does not fail several events at once.
+      const delay = retryDelay(context, attempt, result);
+      if (delay === undefined) verdict.exhausted ??= { event, result };
+      else {
+        verdict.retry.push({ ...event, attempt: attempt + 1 });
+        verdict.retryDelayMs = Math.max(verdict.retryDelayMs, delay);
+      }
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, delay === undefined ? 'failed' : 'retrying'));
+    } else {
+      // A permanent failure (a 4xx but 429, a refused address) ends this event at once.
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'failed'));
+      verdict.lastRefusal = { event, result };
+      verdict.trailingRefusals += 1;
+    }
   }
-  const result = await call(context, target, body, signal);
-  if (result.verdict === 'delivered') {
-    // The common path in one statement, one commit: the record, and the end of a run of refusals.
+  return verdict;
+}
+
+/**
+ * Records every attempt and what follows from them: in one statement when all
+ * were delivered (the common path), else in one transaction with the count of
+ * refusals, and the retry or the deactivation.
+ */
+async function settle(context: DispatchContext, target: Target, verdict: Verdict): Promise<void> {
+  const { records, retry, exhausted, lastRefusal } = verdict;
+  if (exhausted === undefined && lastRefusal === undefined && retry.length === 0) {
+    if (records.length === 0) return;
     await context.db
       .with('reset', () => resetFailureCount(context.db, target.id))
       .insertInto('webhook.delivery_attempts')
-      .values(attemptRecord(target.id, 'notification', event, attempt, result, 'delivered'))
+      .values(records)
       .execute();
     return;
   }
   await context.db.transaction().execute(async (db) => {
-    if (result.verdict === 'retryable') {
-      // Retried with spacing, so that a blip of the subscriber does not fail several events at once.
-      const delay = retryDelay(context, attempt, result);
-      if (delay !== undefined) {
-        await enqueueJob(db, 'notification_delivery', { ...event, attempt: attempt + 1 }, { delayMs: delay });
-        await recordAttempt(db, target.id, 'notification', event, attempt, result, 'retrying');
-        return;
-      }
-      // This event's last attempt failed too.
-      await deactivateFor(context, db, target, event, result);
-      await recordAttempt(db, target.id, 'notification', event, attempt, result, 'failed');
-      return;
-    }
-    // A permanent failure (a 4xx but 429, a refused address) ends this event at once.
-    const refusedInARow = await countPermanentFailure(db, target.id);
-    if (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures) await deactivateFor(context, db, target, event, result);
-    await recordAttempt(db, target.id, 'notification', event, attempt, result, 'failed');
+    if (records.length > 0) await db.insertInto('webhook.delivery_attempts').values(records).execute();
+    const refusedInARow = await countRefusals(db, target.id, verdict);
+    const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
+    // The subscription goes to error: what is left of the batch waits for its reactivation, like any later event.
+    if (deactivating !== undefined) await deactivateFor(context, db, target, deactivating.event, deactivating.result);
+    else if (retry.length > 0) await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
   });
 }
 
 /** Deactivates with a reason naming the event not delivered (the resource the alert links to). */
-async function deactivateFor(context: DispatchContext, db: Db, target: Target, event: ResourceEvent, result: CallResult): Promise<void> {
+async function deactivateFor(context: DispatchContext, db: Db, target: Target, event: BatchEvent, result: CallResult): Promise<void> {
   const reason = `${describeFailure(result, target.endpoint)}; ${event.resourceType}/${event.resourceId} (version ${event.versionId}) was not delivered`;
   if ((await deactivate(db, target.id, reason, target.contactEmails)) === undefined) return;
   const resourceUrl = `${context.baseUrl}/fhir/resources/${event.resourceType}/${event.resourceId}`;
@@ -67,25 +152,35 @@ async function deactivateFor(context: DispatchContext, db: Db, target: Target, e
 }
 
 /**
- * The body: the resource version itself; for _include/_revinclude criteria a
- * searchset Bundle with it (match) and its related resources (include); for a
- * deletion the deleted resource tagged DELETE.
+ * Each event's body, read in one query: the resource version itself; for
+ * _include/_revinclude criteria a searchset Bundle with it (match) and its
+ * related resources (include); for a deletion the deleted resource tagged
+ * DELETE. Undefined for a version that is gone.
  */
-async function notificationBody(context: DispatchContext, target: Target, event: ResourceEvent): Promise<unknown> {
-  const version = await context.db
+async function notificationBodies(context: DispatchContext, target: Target, events: BatchEvent[]): Promise<unknown[]> {
+  const versions = await context.db
     .selectFrom('fhir.resource_history')
-    .select('content')
-    .where('resource_type', '=', event.resourceType)
-    .where('id', '=', event.resourceId)
-    .where('version_id', '=', event.versionId)
-    .executeTakeFirst();
-  if (!version) return undefined;
-  const resource = version.content;
-  if (event.deleted) {
-    const meta = (resource.meta ?? {}) as { tag?: unknown[] };
-    const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-    return { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } };
-  }
+    .select(['resource_type', 'id', 'version_id', 'content'])
+    .where((eb) => eb(eb.refTuple('resource_type', 'id', 'version_id'), 'in', events.map((event) => eb.tuple(event.resourceType, event.resourceId, event.versionId))))
+    .execute();
+  const contentOf = new Map(versions.map((version) => [versionKey(version.resource_type, version.id, version.version_id), version.content]));
+  return Promise.all(
+    events.map(async (event) => {
+      const resource = contentOf.get(versionKey(event.resourceType, event.resourceId, event.versionId));
+      if (resource === undefined) return undefined;
+      if (event.deleted) {
+        const meta = (resource.meta ?? {}) as { tag?: unknown[] };
+        const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
+        return { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } };
+      }
+      return withIncludes(context, target, resource);
+    }),
+  );
+}
+
+const versionKey = (resourceType: string, id: string, versionId: number) => `${resourceType}/${id}/${versionId}`;
+
+async function withIncludes(context: DispatchContext, target: Target, resource: FhirResource): Promise<unknown> {
   const { include, revinclude } = target.compiled;
   if (include.length === 0 && revinclude.length === 0) return resource;
   const related = await includedResources(context.db, [resource], include.map(toInclude), revinclude.map(toInclude));
