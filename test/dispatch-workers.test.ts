@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
@@ -87,6 +88,77 @@ describe('a 20,000-row SQL insert', () => {
       [id],
     );
     expect(rows).toEqual([{ outcome: 'delivered', attempt: 1, count }]);
+  });
+});
+
+describe('subscribers that hang', () => {
+  it('hold one worker slot each: an unrelated subscription is still delivered at once', { timeout: 60_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' });
+    const workers: Workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+    cleanups.push(() => workers.stop());
+
+    // Twenty subscribers that answer the handshake and then hold every notification (for longer
+    // than this test: the response timeout is 15 s), and one that answers at once.
+    const hanging = 20;
+    const held = new Map<string, ServerResponse[]>();
+    const hangingServer: Server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        if ((JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string }).resourceType === 'Bundle') return void response.writeHead(200).end();
+        held.set(request.url!, [...(held.get(request.url!) ?? []), response]);
+      });
+    });
+    const hangingPort = (await listenOnLoopback(hangingServer)).port;
+    cleanups.push(async () => {
+      for (const response of [...held.values()].flat()) response.destroy();
+      hangingServer.close();
+    });
+    const arrivals = new Map<string, number>();
+    const answering = await listenOnLoopback(
+      createServer((request, response) => {
+        const chunks: Buffer[] = [];
+        request.on('data', (chunk: Buffer) => chunks.push(chunk));
+        request.on('end', () => {
+          const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string; id: string };
+          if (json.resourceType === 'Encounter') arrivals.set(json.id, performance.now());
+          response.writeHead(200).end();
+        });
+      }),
+    );
+    cleanups.push(answering.close);
+
+    const ids: string[] = [];
+    for (let n = 1; n <= hanging; n++) ids.push((await subscribe(t, `Observation?code=hang-${n}`, `http://127.0.0.1:${hangingPort}/hang/${n}`)).id);
+    ids.push((await subscribe(t, 'Encounter?status=finished', `http://127.0.0.1:${answering.port}/hook`)).id);
+    for (const id of ids) await untilStatus(t, id, 'active', 20_000);
+
+    // Every 100 ms, an event for each hanging subscriber, then one for the answering one.
+    const committed = new Map<string, number>();
+    for (let tick = 1; tick <= 30; tick++) {
+      await t.database.pool.query(
+        `INSERT INTO fhir.resources (content)
+         SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'hang-' || n || '-' || $1::int, 'status', 'final',
+                                   'code', jsonb_build_object('coding', jsonb_build_array(jsonb_build_object('code', 'hang-' || n))))
+         FROM generate_series(1, $2::int) AS n`,
+        [tick, hanging],
+      );
+      const id = `isolated-${tick}`;
+      await t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [
+        JSON.stringify({ resourceType: 'Encounter', id, status: 'finished', class: { code: 'AMB' } }),
+      ]);
+      committed.set(id, performance.now());
+      await sleep(100);
+    }
+    await waitFor(() => (arrivals.size === committed.size ? true : undefined), 10_000, 'every Encounter delivered');
+    const latencies = [...committed].map(([id, at]) => arrivals.get(id)! - at).sort((a, b) => a - b);
+    console.log(`commit → receipt beside ${hanging} hanging subscribers: p50 ${latencies[14]!.toFixed(1)} ms, max ${latencies.at(-1)!.toFixed(1)} ms`);
+    // Were the hanging subscribers able to take every worker slot, deliveries would wait for their 15 s timeouts.
+    expect(latencies.at(-1)).toBeLessThan(5_000);
+    expect(held.size).toBe(hanging);
+    for (const responses of held.values()) expect(responses.length).toBeLessThanOrEqual(config.delivery.parallelCalls);
   });
 });
 
