@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { jobPayloads, taskFor, type JobName } from '../src/db/jobs.ts';
+import { enqueueNotifications, jobPayloads, maxBatchSize, takeWaitingNotifications, taskFor, type JobName } from '../src/db/jobs.ts';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -167,4 +167,34 @@ describe('notification triggers on fhir.resources', () => {
       FROM graphile_worker._private_jobs private CROSS JOIN json_array_elements(private.payload -> 'events') event`);
     expect(rows[0]).toEqual({ jobs: 200, events: 20000, distinct_resources: 20000 });
   });
+
+  it('let a starting job take the jobs waiting behind it in its queue, in order, up to the batch size', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    for (const id of ['a1', 'a2', 'a3']) await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment(id, 'booked')]);
+    // A retry that is not due yet stays where it is.
+    await enqueueNotifications(database.db, { subscriptionId: booked, events: [{ resourceType: 'Appointment', resourceId: 'later', versionId: 1, deleted: false }] }, 60_000);
+    // As graphile-worker does when a worker takes the job.
+    await database.pool.query(`UPDATE graphile_worker._private_jobs SET locked_at = now(), locked_by = 'test-pool' WHERE id = $1`, [await firstJobId()]);
+    const batch = await takeWaitingNotifications(database.db, await firstJobId());
+    expect(batch).toEqual({ subscriptionId: booked, events: ['a1', 'a2', 'a3'].map((resourceId) => ({ resourceType: 'Appointment', resourceId, versionId: 1, deleted: false })) });
+    const left = await jobs();
+    expect(left.map((job) => job.payload.events!.map((event) => event.resourceId))).toEqual([['a1', 'a2', 'a3'], ['later']]);
+
+    // A full batch takes nothing more.
+    await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+    await database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
+       FROM generate_series(1, $1::int) n`,
+      [maxBatchSize],
+    );
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('after', 'booked')]);
+    expect((await takeWaitingNotifications(database.db, await firstJobId())).events).toHaveLength(maxBatchSize);
+    expect(await jobs()).toHaveLength(2);
+  });
 });
+
+async function firstJobId(): Promise<string> {
+  const { rows } = await database.pool.query<{ id: string }>('SELECT min(id)::text AS id FROM graphile_worker._private_jobs');
+  return rows[0]!.id;
+}

@@ -10,6 +10,8 @@ import type { AddressInfo } from 'node:net';
  * (batched per event-loop turn) over IPC: the path (one per subscription),
  * the resource id, version and lastUpdated, whether the signature held, and
  * when the body was in (epoch ms, comparable across processes on one machine).
+ * Under /hang/ it answers handshakes and never answers a notification: a
+ * subscriber that hangs until the dispatcher's response timeout.
  */
 
 export type Receipt = {
@@ -57,8 +59,12 @@ function serve(secret: string): void {
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
       const receivedAt = wallNow();
-      response.writeHead(200).end();
       const body = Buffer.concat(chunks);
+      if (request.url?.startsWith('/hang/')) {
+        if (body.includes('"handshake"')) response.writeHead(200).end();
+        return;
+      }
+      response.writeHead(200).end();
       const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(body).digest('hex')}`);
       const received = Buffer.from(String(request.headers['x-hub-signature'] ?? ''));
       const signatureOk = received.length === expected.length && timingSafeEqual(received, expected);

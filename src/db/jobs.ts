@@ -93,14 +93,24 @@ export async function enqueueNotifications(db: Db, batch: NotificationBatch, del
 }
 
 /**
+ * The batch of a starting notification_delivery job, with the events of the
+ * jobs waiting behind it in its queue moved into it, up to maxBatchSize
+ * (webhook.take_waiting_notifications in db/migrations/0008_notification_batches.sql).
+ */
+export async function takeWaitingNotifications(db: Db, jobId: string): Promise<NotificationBatch> {
+  const { rows } = await sql<{ payload: unknown }>`SELECT webhook.take_waiting_notifications(${jobId}::bigint, ${maxBatchSize}) AS payload`.execute(db);
+  return jobPayloads.notification_delivery.parse(rows[0]?.payload);
+}
+
+/**
  * A graphile-worker task that runs only on a payload that fits the contract
  * (else the job fails, saying why). `abortSignal` is the job's: it aborts when
  * a graceful shutdown has waited long enough for the job.
  */
-export function taskFor<Name extends JobName>(task: Name, run: (payload: CheckedPayload<Name>, abortSignal: AbortSignal) => Promise<void>): Task {
+export function taskFor<Name extends JobName>(task: Name, run: (payload: CheckedPayload<Name>, abortSignal: AbortSignal, jobId: string) => Promise<void>): Task {
   return async (payload, helpers) => {
     const checked = jobPayloads[task].safeParse(payload);
     if (!checked.success) throw new Error(`${task}: the payload does not fit the job contract (src/db/jobs.ts): ${z.prettifyError(checked.error)}`);
-    await run(checked.data as CheckedPayload<Name>, helpers.abortSignal);
+    await run(checked.data as CheckedPayload<Name>, helpers.abortSignal, helpers.job.id);
   };
 }

@@ -62,7 +62,9 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     crontab: dispatchCrontab,
     noHandleSignals: true,
     logger: new WorkerLogger(() => (level, message, meta) => {
-      const log = level === 'error' ? logger.error : level === 'warning' ? logger.warn : logger.debug;
+      // graphile-worker warns of a pool smaller than its concurrency; by design here (workerConnections).
+      const expected = message.includes('smaller than concurrency');
+      const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
       log.call(logger, loggableMeta(meta), message);
     }),
   }).catch(async (error: unknown) => {

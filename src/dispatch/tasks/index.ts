@@ -16,7 +16,8 @@ export function dispatchTasks(context: DispatchContext): TaskList {
   return {
     subscription_handshake: taskFor('subscription_handshake', (payload, signal) => handshake(context, payload, signal)),
     subscription_reactivation: taskFor('subscription_reactivation', (event, signal) => reactivation(context, event, signal)),
-    notification_delivery: taskFor('notification_delivery', (event, signal) => notification(context, event, signal)),
+    // The task reads its batch back as it takes the jobs waiting behind it.
+    notification_delivery: taskFor('notification_delivery', (_batch, signal, jobId) => notification(context, jobId, signal)),
     deactivation_alert: taskFor('deactivation_alert', (payload) => deactivationAlert(context, payload)),
     delivery_log_cleanup: taskFor('delivery_log_cleanup', () => deliveryLogCleanup(context)),
   };

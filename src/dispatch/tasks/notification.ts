@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../db/database.ts';
-import { enqueueNotifications, type BatchEvent, type NotificationBatch } from '../../db/jobs.ts';
+import { enqueueNotifications, takeWaitingNotifications, type BatchEvent } from '../../db/jobs.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import type { CompiledCriteria } from '../../search/criteria.ts';
 import { isSupported, searchParametersOf } from '../../search/parameters.ts';
@@ -12,7 +12,8 @@ import type { CallResult } from '../outbound.ts';
 
 /**
  * notification_delivery: a batch of events to an active subscription (a
- * single-row write makes a batch of one). The subscription is read once, the
+ * single-row write makes a batch of one, which takes along the jobs waiting
+ * behind it in the subscription's queue). The subscription is read once, the
  * resource versions in one query, and the attempts recorded in one statement;
  * at most DELIVERY_PARALLEL_CALLS calls are in flight to the subscriber.
  *
@@ -23,7 +24,9 @@ import type { CallResult } from '../outbound.ts';
  * a retryable failure no new call starts: the subscriber is likely down, and
  * the events not yet sent wait for the retry with the failed ones.
  */
-export async function notification(context: DispatchContext, batch: NotificationBatch, signal?: AbortSignal): Promise<void> {
+export async function notification(context: DispatchContext, jobId: string, signal?: AbortSignal): Promise<void> {
+  // Under load, single-event jobs queue up behind each other: the job takes them along.
+  const batch = await takeWaitingNotifications(context.db, jobId);
   const target = await loadTarget(context, batch.subscriptionId);
   // Only active subscriptions deliver; a retry of a subscription gone to error or off stops here.
   if (target?.status !== 'active') return;
