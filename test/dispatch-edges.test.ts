@@ -416,7 +416,7 @@ describe('deactivation alert by e-mail', () => {
 describe('delivery log', () => {
   const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_LOG_RETENTION_DAYS: '30' }));
 
-  it('the cleanup job deletes the attempts older than the retention and keeps the others', async () => {
+  it('the cleanup job deletes the attempts older than the retention and keeps the others, and the empty job queues', async () => {
     const { t } = stack.current();
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Patient?active=true', endpoint.url);
@@ -429,6 +429,8 @@ describe('delivery log', () => {
       );
     await insert(40, 'old');
     await insert(29, 'recent');
+    // A queue whose jobs are all done (as a subscription's is once its notifications are delivered).
+    await t.database.pool.query(`INSERT INTO graphile_worker._private_job_queues (queue_name) VALUES ('subscription:done')`);
 
     const { rows: jobs } = await t.database.pool.query<{ id: string }>(`SELECT id FROM graphile_worker.add_job('delivery_log_cleanup')`);
     // A job that succeeded is deleted; one that failed stays, with its error.
@@ -441,6 +443,7 @@ describe('delivery log', () => {
       ['handshake', null],
       ['notification', 'recent'],
     ]);
+    expect((await t.database.pool.query(`SELECT 1 FROM graphile_worker._private_job_queues WHERE queue_name = 'subscription:done'`)).rowCount).toBe(0);
   });
 
   it('the webhook.delivery_log view shows each attempt with its subscription criteria and endpoint', async () => {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { WorkerUtils } from 'graphile-worker';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/index.ts';
@@ -17,6 +18,8 @@ import { outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
 
 export type DispatchContext = {
   db: Db;
+  /** graphile-worker's utilities on the workers' pool (its queue cleanup). */
+  workerUtils: WorkerUtils;
   box: SecretBox;
   baseUrl: string;
   namingSystem: string;

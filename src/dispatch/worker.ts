@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { Logger as WorkerLogger, run, type Runner, type WorkerEvents } from 'graphile-worker';
+import { Logger as WorkerLogger, makeWorkerUtils, run, type Runner, type WorkerEvents } from 'graphile-worker';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
 import { errorFields } from '../config/logger.ts';
@@ -36,8 +36,10 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     responseTimeoutMs: config.delivery.responseTimeoutMs,
   });
   const mailer = createAlertMailer(config.mail, logger);
+  const workerUtils = await makeWorkerUtils({ pgPool: workerDatabase.pool });
   const taskList = dispatchTasks({
     db: workerDatabase.db,
+    workerUtils,
     box: createSecretBox(secretsKey),
     baseUrl: config.baseUrl,
     namingSystem: config.webhookNamingSystem,
@@ -68,6 +70,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
       log.call(logger, loggableMeta(meta), message);
     }),
   }).catch(async (error: unknown) => {
+    await workerUtils.release();
     await workerDatabase.close();
     throw error;
   });
@@ -77,6 +80,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     liveness = await keepWorkerPoolAlive(workerDatabase.pool, poolId, logger);
   } catch (error) {
     await runner.stop();
+    await workerUtils.release();
     await workerDatabase.close();
     throw error;
   }
@@ -84,6 +88,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     stop: async () => {
       await runner.stop();
       await liveness.stop();
+      await workerUtils.release();
       await workerDatabase.close();
       mailer.close();
       await dispatcher.close();
