@@ -4,7 +4,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
-import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
 import { maxBatchSize } from '../src/db/jobs.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
@@ -49,11 +48,8 @@ describe('a 20,000-row SQL insert', () => {
     const t = await startTestApp();
     cleanups.push(() => t.close());
     const concurrency = 32;
-    // As the service sizes its pool: a connection for every job in flight, and some to spare.
-    const database: DatabaseHandle = connectDatabase(t.database.url, () => undefined, concurrency + 10);
-    cleanups.push(() => database.close());
     const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', WORKER_CONCURRENCY: String(concurrency) });
-    const workers: Workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }));
+    const workers: Workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
     cleanups.push(() => workers.stop());
     const endpoint = await startReceiver();
     cleanups.push(() => endpoint.close());

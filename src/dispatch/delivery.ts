@@ -64,9 +64,10 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
 
 /**
  * A call cut short because this worker is shutting down: not the subscriber's
- * failure, and not recorded. The task throws it; graphile-worker counts the job
- * failed and runs it again after its backoff (in another worker process, or
- * here after the restart).
+ * failure, and not recorded. The handshake and reactivation tasks let it
+ * through: graphile-worker counts the job failed and runs it again after its
+ * backoff (in another worker process, or here after the restart). A
+ * notification batch catches it and enqueues what it did not deliver.
  */
 export class ShutdownAbort extends Error {
   override name = 'ShutdownAbort';
