@@ -29,6 +29,10 @@ export function compileCriteria(criteria: string): CompiledCriteria {
   if (resultParameter !== undefined) {
     throw badRequest(`_${resultParameter === 'pageToken' ? 'page_token' : resultParameter} has no meaning in subscription criteria`);
   }
+  // R4's "approximately" for a date is relative to now: criteria are compiled once and evaluated for years.
+  if (query.filters.some((filter) => filter.values.some((value) => value.kind === 'date' && value.prefix === 'ap'))) {
+    throw badRequest('ap on a date depends on when it is evaluated and has no fixed meaning in subscription criteria: use ge and le');
+  }
   const keptForDeletions = (filter: Filter) => parametersKeptForDeletions.has(filter.parameter.code) || filter.modifier === 'missing';
   return {
     resourceType: query.resourceType,

@@ -37,10 +37,14 @@ function compileFilter(filter: Filter): string {
 /** Element types, or undefined when the definitions do not say (any shape may appear). */
 type Types = readonly string[] | undefined;
 
-/** The alternatives whose types the element may have; all of them if none fits (never fewer shapes than the data can have). */
+/**
+ * The alternatives for the types the element may have: all of them when its
+ * types are unknown, `false` when none fits (a date parameter over Age, a
+ * quantity over SampledData: such a value is never a match).
+ */
 function forTypes(types: Types, alternatives: [applies: (type: string) => boolean, condition: string][]): string[] {
   const fitting = types === undefined ? alternatives : alternatives.filter(([applies]) => types.some(applies));
-  return (fitting.length > 0 ? fitting : alternatives).map(([, condition]) => condition);
+  return fitting.length > 0 ? fitting.map(([, condition]) => condition) : [never];
 }
 
 /** FHIR primitive types are the lower-case ones (code, string, dateTime, ...). */
@@ -71,15 +75,15 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier'], types:
         ? stringCondition(value.text, modifier ?? 'starts-with', types)
         : tokenTextCondition(value.text);
     case 'reference':
-      return referenceCondition(value.type === undefined ? targets : [value.type], value.id);
+      return referenceCondition(value.type === undefined ? targets : [value.type], value.id, types);
     case 'url':
-      return `(@ == ${literal(value.url)} || @."reference" == ${literal(value.url)})`;
+      return urlCondition(value.url, types);
     case 'uri':
-      return `(@ == ${literal(value.uri)})`;
+      return uriCondition(value.uri, modifier, types);
     case 'number':
-      return numberCondition('@', value.prefix, value);
+      return numberCondition(value.prefix, value, types);
     case 'quantity':
-      return quantityCondition(value);
+      return quantityCondition(value, types);
     case 'date':
       return dateCondition(value.prefix, value.low, value.high, types);
     case 'missing':
@@ -191,11 +195,76 @@ function escapeInClass(char: string): string {
  * A reference to `Type/id` is its relative form, compared by equality: GIN can
  * serve it, and it needs no regular expression (PostgreSQL caches only 32
  * compiled ones per connection, which a trigger matching many subscriptions
- * would thrash). A bare id means any of the parameter's target types.
+ * would thrash). A bare id means any of the parameter's target types. The
+ * element is a Reference (its `reference`), a canonical or uri (the string,
+ * with any `|version`), or a resource in place (Bundle's first entry).
  */
-function referenceCondition(types: readonly string[], id: string): string {
-  if (types.length === 0) return `(@."reference" like_regex ${literal(`^[A-Z][A-Za-z]+/${escapeRegexText(id)}$`)})`;
-  return anyOf(types.map((type) => `@."reference" == ${literal(`${type}/${id}`)}`));
+function referenceCondition(targets: readonly string[], id: string, types: Types): string {
+  const named = targets.map((type) => `${type}/${id}`);
+  const anyType = literal(`^[A-Z][A-Za-z]+/${escapeRegexText(id)}$`);
+  return anyOf(
+    forTypes(types, [
+      [
+        (type) => type === 'Reference',
+        named.length === 0 ? `(@."reference" like_regex ${anyType})` : anyOf(named.map((reference) => `@."reference" == ${literal(reference)}`)),
+      ],
+      [
+        isCanonical,
+        named.length === 0
+          ? `(@ like_regex ${literal(`^[A-Z][A-Za-z]+/${escapeRegexText(id)}(\\|.*)?$`)})`
+          : anyOf(named.map((reference) => canonicalEquals(reference))),
+      ],
+      [
+        (type) => type === 'Resource',
+        `(@."id" == ${literal(id)}${named.length === 0 ? '' : ` && ${anyOf(targets.map((type) => `@."resourceType" == ${literal(type)}`))}`})`,
+      ],
+    ]),
+  );
+}
+
+/** An absolute URL: a Reference, canonical, uri or Attachment written exactly so (a canonical of any version when none is given). */
+function urlCondition(url: string, types: Types): string {
+  return anyOf(
+    forTypes(types, [
+      [(type) => type === 'Reference', `@."reference" == ${literal(url)}`],
+      [isCanonical, canonicalEquals(url)],
+      [(type) => type === 'Attachment', `@."url" == ${literal(url)}`],
+    ]),
+  );
+}
+
+/** Canonicals and uris hold `url` or `url|version`: a search value without a version matches every version. */
+const isCanonical = (type: string) => type === 'canonical' || type === 'uri';
+
+function canonicalEquals(url: string): string {
+  if (url.includes('|')) return `@ == ${literal(url)}`;
+  return `(@ == ${literal(url)} || @ starts with ${literal(`${url}|`)})`;
+}
+
+// --- uri -------------------------------------------------------------------
+
+/**
+ * A uri parameter: equality, the canonical version rule, :below (the stored
+ * uri starts with the value) and :above (the stored uri is the value or one
+ * of its parents, cut at a '/').
+ */
+function uriCondition(uri: string, modifier: Filter['modifier'], types: Types): string {
+  const equals = (candidate: string) => (types?.includes('canonical') ? canonicalEquals(candidate) : `@ == ${literal(candidate)}`);
+  if (modifier === 'below') return `(@ starts with ${literal(uri)})`;
+  if (modifier === 'above') return anyOf(parentsOf(uri).map(equals));
+  return equals(uri);
+}
+
+/** `http://a.org/fhir/ValueSet/1` → itself, `http://a.org/fhir/ValueSet/`, `…/ValueSet`, `…/fhir/`, `…/fhir`, `http://a.org/`, `http://a.org`. */
+export function parentsOf(uri: string): string[] {
+  const parents = new Set([uri]);
+  const start = uri.indexOf('//') === -1 ? 0 : uri.indexOf('//') + 2;
+  for (let slash = uri.lastIndexOf('/'); slash >= start; slash = uri.lastIndexOf('/', slash - 1)) {
+    parents.add(uri.slice(0, slash + 1));
+    if (slash > start) parents.add(uri.slice(0, slash));
+    if (slash === 0) break;
+  }
+  return [...parents];
 }
 
 function escapeRegexText(text: string): string {
@@ -206,13 +275,63 @@ function escapeRegexText(text: string): string {
 
 type Decimal = { value: string; low: string; high: string };
 
-/** Stored numbers are exact; the search value's implicit precision range applies to eq and ne only. */
-function numberCondition(item: string, prefix: Prefix, { value, low, high }: Decimal): string {
+const quantityTypes = new Set(['Quantity', 'SimpleQuantity', 'Age', 'Count', 'Distance', 'Duration', 'MoneyQuantity']);
+
+/**
+ * A number parameter reads a decimal or integer, or a Range (its low and high
+ * values). SampledData and Ratio have no single number: they never match.
+ */
+function numberCondition(prefix: Prefix, decimal: Decimal, types: Types): string {
+  return anyOf(
+    forTypes(types, [
+      [isPrimitive, `(@.type() == "number" && ${pointCondition('@', prefix, decimal)})`],
+      [(type) => type === 'Range', rangeCondition('@."low"."value"', '@."high"."value"', prefix, decimal)],
+    ]),
+  );
+}
+
+/**
+ * A quantity parameter reads a Quantity (and its profiles Age, Duration, ...),
+ * a Money (its currency is the code, of system urn:iso:std:iso:4217) or a
+ * Range, whose present bounds must both have the unit asked for.
+ */
+function quantityCondition(value: Extract<SearchValue, { kind: 'quantity' }>, types: Types): string {
+  const units = (item: string) => [
+    ...(value.system === undefined ? [] : [`${item}."system" == ${literal(value.system)}`]),
+    ...(value.code === undefined ? [] : [`(${item}."code" == ${literal(value.code)} || ${item}."unit" == ${literal(value.code)})`]),
+  ];
+  const currency =
+    value.system !== undefined && value.system !== currencySystem
+      ? [never]
+      : value.code === undefined
+        ? []
+        : [`@."currency" == ${literal(value.code)}`];
+  const boundUnits = (bound: string) => allOf(units(bound));
+  const rangeUnits = `(!exists(@."low") || ${boundUnits('@."low"')}) && (!exists(@."high") || ${boundUnits('@."high"')})`;
+  return anyOf(
+    forTypes(types, [
+      [(type) => quantityTypes.has(type), allOf([pointCondition('@."value"', value.prefix, value), ...units('@')])],
+      [(type) => type === 'Money', allOf([pointCondition('@."value"', value.prefix, value), ...currency])],
+      [(type) => type === 'Range', `(${rangeCondition('@."low"."value"', '@."high"."value"', value.prefix, value)} && ${rangeUnits})`],
+    ]),
+  );
+}
+
+const currencySystem = 'urn:iso:std:iso:4217';
+
+/**
+ * A stored number is exact. The search value's range (its implicit precision,
+ * or ±10% for ap) applies to eq, ne and ap; the other prefixes compare with
+ * the value itself.
+ */
+function pointCondition(item: string, prefix: Prefix, { value, low, high }: Decimal): string {
   switch (prefix) {
     case 'eq':
       return `(${item} >= ${low} && ${item} < ${high})`;
     case 'ne':
       return `(${item} < ${low} || ${item} >= ${high})`;
+    case 'ap':
+      return `(${item} >= ${low} && ${item} <= ${high})`;
     case 'gt':
     case 'sa':
       return `(${item} > ${value})`;
@@ -226,12 +345,38 @@ function numberCondition(item: string, prefix: Prefix, { value, low, high }: Dec
   }
 }
 
-function quantityCondition(value: Extract<SearchValue, { kind: 'quantity' }>): string {
-  return allOf([
-    numberCondition('@."value"', value.prefix, value),
-    ...(value.system === undefined ? [] : [`@."system" == ${literal(value.system)}`]),
-    ...(value.code === undefined ? [] : [`(@."code" == ${literal(value.code)} || @."unit" == ${literal(value.code)})`]),
-  ]);
+/**
+ * A Range [L, H], open where a bound has no value, compared as R4 compares
+ * ranges, with the choices of pointCondition (a number is the range [v, v]):
+ * eq when the search range contains it, gt when some of it is above the
+ * value, sa when all of it is, ap when it overlaps ±10%. A Range with neither
+ * bound is no value.
+ */
+function rangeCondition(low: string, high: string, prefix: Prefix, decimal: Decimal): string {
+  const open = (bound: string) => `!exists(${bound})`;
+  const condition = (() => {
+    switch (prefix) {
+      case 'eq':
+        return `(${low} >= ${decimal.low} && ${high} < ${decimal.high})`;
+      case 'ne':
+        return `(${open(low)} || ${open(high)} || ${low} < ${decimal.low} || ${high} >= ${decimal.high})`;
+      case 'ap':
+        return `((${open(low)} || ${low} <= ${decimal.high}) && (${open(high)} || ${high} >= ${decimal.low}))`;
+      case 'gt':
+        return `(${open(high)} || ${high} > ${decimal.value})`;
+      case 'ge':
+        return `(${open(high)} || ${high} >= ${decimal.value})`;
+      case 'lt':
+        return `(${open(low)} || ${low} < ${decimal.value})`;
+      case 'le':
+        return `(${open(low)} || ${low} <= ${decimal.value})`;
+      case 'sa':
+        return `${low} > ${decimal.value}`;
+      case 'eb':
+        return `${high} < ${decimal.value}`;
+    }
+  })();
+  return `((exists(${low}) || exists(${high})) && ${condition})`;
 }
 
 // --- date ------------------------------------------------------------------
@@ -264,6 +409,9 @@ function prefixCondition(prefix: Prefix, low: string, high: string, bound: Bound
       return bound.lowAtLeast(high);
     case 'eb':
       return bound.highAtMost(low);
+    case 'ap':
+      // The search range is already widened (values.ts): overlapping it is approximately equal.
+      return `(${bound.lowBelow(high)} && ${bound.highAbove(low)})`;
   }
 }
 
@@ -367,6 +515,10 @@ function ceilTo(x: string, length: number): string {
 
 // --- text helpers ----------------------------------------------------------
 
+/** jsonpath has no true and false predicates, only comparisons. */
+const always = '(true == true)';
+const never = '(true == false)';
+
 /** A jsonpath string literal (JSON's escapes are jsonpath's). */
 function literal(text: string): string {
   return JSON.stringify(text);
@@ -381,7 +533,7 @@ function anyOf(conditions: string[]): string {
 }
 
 function allOf(conditions: string[]): string {
-  if (conditions.length === 0) return 'true';
+  if (conditions.length === 0) return always;
   return conditions.length === 1 ? conditions[0]! : `(${conditions.join(' && ')})`;
 }
 

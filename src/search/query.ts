@@ -9,7 +9,7 @@ import { parseValue, splitUnescaped, type SearchValue } from './values.ts';
  * Unknown parameters, modifiers and malformed values are refused, naming them.
  */
 
-export type Modifier = 'missing' | 'not' | 'exact' | 'contains' | 'text' | { type: string };
+export type Modifier = 'missing' | 'not' | 'exact' | 'contains' | 'text' | 'above' | 'below' | { type: string };
 
 export type Filter = {
   parameter: SearchParameter;
@@ -49,7 +49,7 @@ const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
   date: ['missing'],
   number: ['missing'],
   quantity: ['missing'],
-  uri: ['missing'],
+  uri: ['missing', 'above', 'below'],
 };
 
 /** Parameters that shape the result rather than filter it. */

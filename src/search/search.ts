@@ -97,7 +97,7 @@ export async function includedResources(
   return added;
 }
 
-/** _include: the resources that `spec.parameter` of the sources refers to. */
+/** _include: the resources that `spec.parameter` of the sources refers to ([*]: each item of an array-valued element, such as generalPractitioner). */
 async function followReferences(db: Db, sources: readonly FhirResource[], spec: Include): Promise<FhirResource[]> {
   const ids = sources.filter((resource) => resource.resourceType === spec.sourceType).map((resource) => resource.id!);
   if (ids.length === 0) return [];
@@ -106,7 +106,7 @@ async function followReferences(db: Db, sources: readonly FhirResource[], spec: 
     const result = await sql<{ content: FhirResource }>`
       SELECT DISTINCT ON (target.resource_type, target.id) target.content
       FROM fhir.resources source
-      CROSS JOIN LATERAL jsonb_path_query(source.content, ${accessor(path)}::jsonpath) AS reference
+      CROSS JOIN LATERAL jsonb_path_query(source.content, ${`${accessor(path)}[*]`}::jsonpath) AS reference
       CROSS JOIN LATERAL regexp_match(reference ->> 'reference', '^([A-Z][A-Za-z]+)/([A-Za-z0-9.-]{1,64})$') AS parts
       JOIN fhir.resources target ON target.resource_type = parts[1] AND target.id = parts[2]
       WHERE source.resource_type = ${spec.sourceType} AND source.id = ANY(${ids})

@@ -9,7 +9,7 @@ import type { Modifier } from './query.ts';
  * implicit precision ranges are exact.
  */
 
-export type Prefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb';
+export type Prefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb' | 'ap';
 
 export type SearchValue =
   | { kind: 'missing'; missing: boolean }
@@ -21,14 +21,17 @@ export type SearchValue =
   | { kind: 'reference'; type?: string; id: string }
   /** An absolute URL: a reference or canonical written in full. */
   | { kind: 'url'; url: string }
-  /** [low, high) as `YYYY-MM-DDThh:mm:ss.ffffffZ`. */
+  /** [low, high) as `YYYY-MM-DDThh:mm:ss.ffffffZ` (with `ap`, widened by 10% of the date's distance from now). */
   | { kind: 'date'; prefix: Prefix; low: string; high: string }
-  /** value and its implicit range [low, high) as decimal strings. */
+  /**
+   * value and its range as decimal strings: the implicit precision range
+   * [low, high), or with `ap` the closed range of ±10% of the value.
+   */
   | { kind: 'number'; prefix: Prefix; value: string; low: string; high: string }
   | { kind: 'quantity'; prefix: Prefix; value: string; low: string; high: string; system?: string; code?: string }
   | { kind: 'uri'; uri: string };
 
-const prefixes: readonly Prefix[] = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb'];
+const prefixes: readonly Prefix[] = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb', 'ap'];
 
 export function parseValue(parameter: SearchParameter, modifier: Modifier | undefined, text: string): SearchValue {
   const name = parameter.code;
@@ -45,7 +48,7 @@ export function parseValue(parameter: SearchParameter, modifier: Modifier | unde
       return parseDate(name, text);
     case 'number': {
       const { prefix, rest } = splitPrefix(text);
-      return { kind: 'number', prefix, ...parseDecimal(name, rest) };
+      return { kind: 'number', prefix, ...parseDecimal(name, rest, prefix) };
     }
     case 'quantity':
       return parseQuantity(name, text);
@@ -75,18 +78,22 @@ function parseReference(name: string, modifierType: string | undefined, text: st
 function splitPrefix(text: string): { prefix: Prefix; rest: string } {
   const candidate = text.slice(0, 2);
   if (prefixes.includes(candidate as Prefix)) return { prefix: candidate as Prefix, rest: text.slice(2) };
-  if (candidate === 'ap') throw badRequest(`The prefix 'ap' (approximately) is not supported, in '${text}'`);
   return { prefix: 'eq', rest: text };
 }
 
-/** A decimal and its implicit range: "100" is [99.5, 100.5), "1.50" is [1.495, 1.505). */
-export function parseDecimal(name: string, text: string): { value: string; low: string; high: string } {
+/**
+ * A decimal and its range: the implicit precision range ("100" is [99.5, 100.5),
+ * "1.50" is [1.495, 1.505)), or for `ap` ±10% of the value, as R4 recommends
+ * ("ap100" is [90, 110]).
+ */
+export function parseDecimal(name: string, text: string, prefix: Prefix): { value: string; low: string; high: string } {
   const match = /^(-?)(\d+)(?:\.(\d+))?$/.exec(text);
   if (!match) throw badRequest(`'${text}' is not a number for '${name}'`);
   const [, sign, whole, fraction = ''] = match;
   const scale = fraction.length;
   const scaled = BigInt(`${sign}${whole}${fraction}`) * 10n;
-  return { value: text, low: formatScaled(scaled - 5n, scale + 1), high: formatScaled(scaled + 5n, scale + 1) };
+  const spread = prefix === 'ap' ? (scaled < 0n ? -scaled : scaled) / 10n : 5n;
+  return { value: text, low: formatScaled(scaled - spread, scale + 1), high: formatScaled(scaled + spread, scale + 1) };
 }
 
 function formatScaled(value: bigint, scale: number): string {
@@ -102,7 +109,7 @@ function parseQuantity(name: string, text: string): SearchValue {
   const { prefix, rest } = splitPrefix(parts[0]!);
   const system = parts[1] === undefined || parts[1] === '' ? undefined : unescape(parts[1]);
   const code = parts[2] === undefined || parts[2] === '' ? undefined : unescape(parts[2]);
-  return { kind: 'quantity', prefix, ...parseDecimal(name, rest), ...(system ? { system } : {}), ...(code ? { code } : {}) };
+  return { kind: 'quantity', prefix, ...parseDecimal(name, rest, prefix), ...(system ? { system } : {}), ...(code ? { code } : {}) };
 }
 
 const datePattern =
@@ -131,8 +138,19 @@ function parseDate(name: string, text: string): SearchValue {
   else if (second === undefined) end = start + 60_000_000n;
   else if (fraction === undefined) end = start + 1_000_000n;
   else end = start + 10n ** BigInt(6 - Math.min(fraction.length, 6));
+  if (prefix === 'ap') {
+    // R4's suggestion for dates: approximately is within 10% of the gap between now and the date.
+    const gap = BigInt(Date.now()) * 1000n - start;
+    const margin = (gap < 0n ? -gap : gap) / 10n;
+    const clamp = (micros: bigint) => (micros < firstMicro ? firstMicro : micros > lastMicro ? lastMicro : micros);
+    return { kind: 'date', prefix, low: formatMicros(clamp(start - margin)), high: formatMicros(clamp(end + margin)) };
+  }
   return { kind: 'date', prefix, low: formatMicros(start), high: formatMicros(end) };
 }
+
+/** 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: the dates FHIR can write. */
+const firstMicro = -62_135_596_800_000_000n;
+const lastMicro = 253_402_300_799_999_999n;
 
 function daysInMonth(year: number, month: number): number {
   return new Date(Date.UTC(year, month, 0)).getUTCDate();

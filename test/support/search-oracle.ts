@@ -27,8 +27,8 @@ import { searchParameterDefinitions, type SearchParameterDefinition } from '../.
 
 // --- query parsing ---------------------------------------------------------------
 
-type Prefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb';
-const prefixes: readonly string[] = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb'];
+type Prefix = 'eq' | 'ne' | 'gt' | 'lt' | 'ge' | 'le' | 'sa' | 'eb' | 'ap';
+const prefixes: readonly string[] = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb', 'ap'];
 
 /** A decimal as an exact scaled integer: mantissa × 10^-scale. */
 type Decimal = { mantissa: bigint; scale: number };
@@ -38,7 +38,7 @@ type Value =
   | { kind: 'text'; text: string }
   | { kind: 'reference'; type?: string; id: string }
   | { kind: 'url'; url: string }
-  | { kind: 'uri'; uri: string }
+  | { kind: 'uri'; uri: string; modifier?: string }
   | { kind: 'number'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal }
   | { kind: 'quantity'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal; system?: string; code?: string }
   | { kind: 'date'; prefix: Prefix; low: bigint; high: bigint };
@@ -60,7 +60,7 @@ const allowedModifiers: Record<string, readonly string[]> = {
   date: ['missing'],
   number: ['missing'],
   quantity: ['missing'],
-  uri: ['missing'],
+  uri: ['missing', 'above', 'below'],
 };
 
 export class OracleQueryError extends Error {
@@ -155,7 +155,7 @@ function parseValue(type: string, modifier: string | undefined, referenceType: s
     case 'string':
       return { kind: 'text', text: removeEscapes(text) };
     case 'uri':
-      return { kind: 'uri', uri: removeEscapes(text) };
+      return { kind: 'uri', uri: removeEscapes(text), ...(modifier === undefined ? {} : { modifier }) };
     case 'reference': {
       const value = removeEscapes(text);
       if (referenceType !== undefined) return { kind: 'reference', type: referenceType, id: value };
@@ -167,7 +167,7 @@ function parseValue(type: string, modifier: string | undefined, referenceType: s
     }
     case 'number': {
       const { prefix, rest } = prefixOf(text);
-      return { kind: 'number', prefix, ...withImplicitRange(rest) };
+      return { kind: 'number', prefix, ...searchRange(rest, prefix) };
     }
     case 'quantity': {
       const parts = splitEscaped(text, '|');
@@ -175,10 +175,11 @@ function parseValue(type: string, modifier: string | undefined, referenceType: s
       const { prefix, rest } = prefixOf(parts[0]!);
       const system = parts[1] ? removeEscapes(parts[1]) : undefined;
       const code = parts[2] ? removeEscapes(parts[2]) : undefined;
-      return { kind: 'quantity', prefix, ...withImplicitRange(rest), ...(system ? { system } : {}), ...(code ? { code } : {}) };
+      return { kind: 'quantity', prefix, ...searchRange(rest, prefix), ...(system ? { system } : {}), ...(code ? { code } : {}) };
     }
     case 'date': {
       const { prefix, rest } = prefixOf(text);
+      if (prefix === 'ap') fail('ap on dates depends on the time of evaluation');
       const range = searchDateRange(rest);
       return { kind: 'date', prefix, ...range };
     }
@@ -213,32 +214,58 @@ function compareDecimals(a: Decimal, b: Decimal): number {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/** v with d decimals stands for [v − 0.5·10^-d, v + 0.5·10^-d). */
-function withImplicitRange(text: string): { value: Decimal; low: Decimal; high: Decimal } {
+/**
+ * v with d decimals stands for [v − 0.5·10^-d, v + 0.5·10^-d); with ap, for
+ * [v − |v|/10, v + |v|/10].
+ */
+function searchRange(text: string, prefix: Prefix): { value: Decimal; low: Decimal; high: Decimal } {
   if (!/^-?\d+(\.\d+)?$/.test(text)) fail(`not a search number: ${text}`);
   const value = parseDecimal(text);
+  if (prefix === 'ap') {
+    const tenth = { mantissa: value.mantissa < 0n ? -value.mantissa : value.mantissa, scale: value.scale + 1 };
+    const scaled = value.mantissa * 10n;
+    return { value, low: { mantissa: scaled - tenth.mantissa, scale: tenth.scale }, high: { mantissa: scaled + tenth.mantissa, scale: tenth.scale } };
+  }
   const ten = { mantissa: value.mantissa * 10n, scale: value.scale + 1 };
   return { value, low: { mantissa: ten.mantissa - 5n, scale: ten.scale }, high: { mantissa: ten.mantissa + 5n, scale: ten.scale } };
 }
 
-function numberMatches(stored: Decimal, prefix: Prefix, search: { value: Decimal; low: Decimal; high: Decimal }): boolean {
-  const inRange = compareDecimals(stored, search.low) >= 0 && compareDecimals(stored, search.high) < 0;
-  const versusValue = compareDecimals(stored, search.value);
+type SearchNumber = { value: Decimal; low: Decimal; high: Decimal };
+
+function numberMatches(stored: Decimal, prefix: Prefix, search: SearchNumber): boolean {
+  return rangeMatches(stored, stored, prefix, search);
+}
+
+/**
+ * A stored range [L, H] (undefined: open on that side; a number is [v, v]),
+ * as the set of numbers it covers, against the search value: eq when the
+ * search range holds all of it, gt when some of it is above the value, sa
+ * when all of it is, ap when it meets [low, high].
+ */
+function rangeMatches(L: Decimal | undefined, H: Decimal | undefined, prefix: Prefix, search: SearchNumber): boolean {
+  if (L === undefined && H === undefined) return false;
+  const below = (x: Decimal | undefined, y: Decimal) => x !== undefined && compareDecimals(x, y) < 0;
+  const above = (x: Decimal | undefined, y: Decimal) => x !== undefined && compareDecimals(x, y) > 0;
+  const inRange = L !== undefined && H !== undefined && !below(L, search.low) && below(H, search.high);
   switch (prefix) {
     case 'eq':
       return inRange;
     case 'ne':
       return !inRange;
     case 'gt':
-    case 'sa':
-      return versusValue > 0;
-    case 'lt':
-    case 'eb':
-      return versusValue < 0;
+      return H === undefined || above(H, search.value);
     case 'ge':
-      return versusValue >= 0;
+      return H === undefined || !below(H, search.value);
+    case 'lt':
+      return L === undefined || below(L, search.value);
     case 'le':
-      return versusValue <= 0;
+      return L === undefined || !above(L, search.value);
+    case 'sa':
+      return above(L, search.value);
+    case 'eb':
+      return below(H, search.value);
+    case 'ap':
+      return !above(L, search.high) && !below(H, search.low);
   }
 }
 
@@ -327,6 +354,8 @@ function dateMatches(L: bigint, H: bigint, prefix: Prefix, low: bigint, high: bi
       return L >= high;
     case 'eb':
       return H <= low;
+    case 'ap':
+      return fail('ap on dates is not judged');
   }
 }
 
@@ -489,8 +518,15 @@ function referenceTarget(reference: string): { type: string; id: string } | unde
 }
 
 function referenceMatches({ type, data }: TypedValue, wanted: { type?: string; id: string }, targets: readonly string[]): boolean {
-  if (type !== 'Reference') return false;
-  const reference = asObject(data).reference;
+  const reference =
+    type === 'Reference'
+      ? asObject(data).reference
+      : // A canonical (or uri) names `Type/id`, possibly with a `|version` after it.
+        (type === 'canonical' || type === 'uri') && typeof data === 'string'
+        ? data.split('|')[0]
+        : type === 'Resource'
+          ? `${String(asObject(data).resourceType)}/${String(asObject(data).id)}`
+          : undefined;
   if (typeof reference !== 'string') return false;
   const target = referenceTarget(reference);
   if (target === undefined || target.id !== wanted.id) return false;
@@ -498,10 +534,67 @@ function referenceMatches({ type, data }: TypedValue, wanted: { type?: string; i
   return wanted.type === undefined ? targets.length === 0 || targets.includes(target.type) : target.type === wanted.type;
 }
 
-/** An absolute URL search value: the reference, or the canonical string, written exactly so. */
+/** An absolute URL search value: the reference, the Attachment's url, or the canonical string (of any version when none is asked for). */
 function urlMatches({ type, data }: TypedValue, url: string): boolean {
   if (type === 'Reference') return asObject(data).reference === url;
-  return typeof data === 'string' && data === url;
+  if (type === 'Attachment') return asObject(data).url === url;
+  return typeof data === 'string' && canonicalMatches(data, url);
+}
+
+function canonicalMatches(stored: string, wanted: string): boolean {
+  const [url, version] = stored.split('|', 2) as [string, string | undefined];
+  return stored === wanted || (!wanted.includes('|') && version !== undefined && url === wanted);
+}
+
+/** uri: equality (the canonical version rule on canonicals), :below a prefix, :above the value or a parent of it cut at a '/'. */
+function uriMatches({ type, data }: TypedValue, { uri, modifier }: { uri: string; modifier?: string }): boolean {
+  if (!primitiveStringTypes.has(type) || typeof data !== 'string') return false;
+  const equals = (stored: string, wanted: string) => (type === 'canonical' ? canonicalMatches(stored, wanted) : stored === wanted);
+  if (modifier === 'below') return data.startsWith(uri);
+  if (modifier === 'above') {
+    const authorityStart = uri.includes('//') ? uri.indexOf('//') + 2 : 0;
+    const parents = [uri];
+    for (let index = authorityStart; index < uri.length; index++) {
+      if (uri[index] === '/') parents.push(uri.slice(0, index), uri.slice(0, index + 1));
+    }
+    return parents.some((parent) => parent.length > 0 && equals(data, parent));
+  }
+  return equals(data, uri);
+}
+
+/** A Range's low and high values; a number is the range [v, v]. */
+function storedRange({ type, data }: TypedValue): { low?: Decimal; high?: Decimal } | undefined {
+  if (numberTypes.has(type)) {
+    const value = storedNumber(data);
+    return value === undefined ? undefined : { low: value, high: value };
+  }
+  if (type !== 'Range') return undefined;
+  const low = storedNumber(asObject(asObject(data).low).value);
+  const high = storedNumber(asObject(asObject(data).high).value);
+  return { ...(low === undefined ? {} : { low }), ...(high === undefined ? {} : { high }) };
+}
+
+function unitsMatch(quantity: Json, search: { system?: string; code?: string }): boolean {
+  return (search.system === undefined || quantity.system === search.system) && (search.code === undefined || quantity.code === search.code || quantity.unit === search.code);
+}
+
+function quantityMatches({ type, data }: TypedValue, search: Extract<Value, { kind: 'quantity' }>): boolean {
+  const object = asObject(data);
+  if (quantityTypes.has(type)) {
+    const stored = storedNumber(object.value);
+    return stored !== undefined && numberMatches(stored, search.prefix, search) && unitsMatch(object, search);
+  }
+  if (type === 'Money') {
+    const stored = storedNumber(object.value);
+    const currencyMatches = (search.system === undefined || search.system === 'urn:iso:std:iso:4217') && (search.code === undefined || object.currency === search.code);
+    return stored !== undefined && numberMatches(stored, search.prefix, search) && currencyMatches;
+  }
+  if (type === 'Range') {
+    const range = storedRange({ type, data })!;
+    const bounds = ['low', 'high'].filter((bound) => object[bound] !== undefined).map((bound) => asObject(object[bound]));
+    return rangeMatches(range.low, range.high, search.prefix, search) && bounds.every((bound) => unitsMatch(bound, search));
+  }
+  return false;
 }
 
 function storedNumber(data: unknown): Decimal | undefined {
@@ -542,22 +635,13 @@ function valueMatches(value: TypedValue, search: Value, modifier: string | undef
     case 'url':
       return urlMatches(value, search.url);
     case 'uri':
-      return primitiveStringTypes.has(value.type) && value.data === search.uri;
+      return uriMatches(value, search);
     case 'number': {
-      const stored = numberTypes.has(value.type) ? storedNumber(value.data) : undefined;
-      return stored !== undefined && numberMatches(stored, search.prefix, search);
+      const range = storedRange(value);
+      return range !== undefined && rangeMatches(range.low, range.high, search.prefix, search);
     }
-    case 'quantity': {
-      if (!quantityTypes.has(value.type)) return false;
-      const quantity = asObject(value.data);
-      const stored = storedNumber(quantity.value);
-      return (
-        stored !== undefined &&
-        numberMatches(stored, search.prefix, search) &&
-        (search.system === undefined || quantity.system === search.system) &&
-        (search.code === undefined || quantity.code === search.code || quantity.unit === search.code)
-      );
-    }
+    case 'quantity':
+      return quantityMatches(value, search);
     case 'date':
       return storedDateRanges(value).some((range) => dateMatches(range.low, range.high, search.prefix, search.low, search.high));
   }

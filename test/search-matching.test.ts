@@ -1,0 +1,201 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parentsOf } from '../src/search/jsonpath.ts';
+import { startTestApp, type TestApp } from './support/app.ts';
+import { subscribe } from './support/subscriptions.ts';
+
+/**
+ * Search semantics checked both ways a user meets them: as a REST search
+ * (`GET /{Type}?_id=…&<query>`) and as subscription criteria (a write of the
+ * resource enqueues a notification through the real triggers). Each case is a
+ * stored resource, a query and whether it matches.
+ */
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+type Resource = { resourceType: string; id: string } & Record<string, unknown>;
+
+async function store(resource: Resource): Promise<void> {
+  const response = await t.fhir('PUT', `/${resource.resourceType}/${resource.id}`, resource);
+  expect(response.statusCode, response.body).toBeLessThan(300);
+}
+
+async function foundBySearch(resource: Resource, query: string): Promise<boolean> {
+  const response = await t.fhir('GET', `/${resource.resourceType}?_id=${resource.id}&${query}`);
+  expect(response.statusCode, response.body).toBe(200);
+  return (response.json().entry ?? []).some((entry: { search: { mode: string } }) => entry.search.mode === 'match');
+}
+
+/** Whether writing the resource notifies an active subscription with these criteria (the trigger's own evaluation). */
+async function notifiesSubscription(resource: Resource, query: string): Promise<boolean> {
+  const { id } = await subscribe(t, `${resource.resourceType}?_id=${resource.id}&${query}`, 'http://127.0.0.1:9/hook');
+  await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
+  await t.database.pool.query('UPDATE fhir.resources SET content = content WHERE resource_type = $1 AND id = $2', [resource.resourceType, resource.id]);
+  const { rows } = await t.database.pool.query<{ count: number }>(
+    `SELECT count(*)::int AS count
+     FROM graphile_worker._private_jobs job JOIN graphile_worker._private_tasks task ON task.id = job.task_id
+     WHERE task.identifier = 'notification_delivery' AND job.payload ->> 'subscriptionId' = $1`,
+    [id],
+  );
+  await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
+  return rows[0]!.count > 0;
+}
+
+async function expectMatch(resource: Resource, query: string, expected: boolean): Promise<void> {
+  expect(await foundBySearch(resource, query), `search ${resource.resourceType}?${query}`).toBe(expected);
+  expect(await notifiesSubscription(resource, query), `criteria ${resource.resourceType}?${query}`).toBe(expected);
+}
+
+type Case = [query: string, expected: boolean];
+
+function cases(resource: Resource, table: Case[]) {
+  describe(`${resource.resourceType} ${JSON.stringify(resource)}`, () => {
+    beforeAll(() => store(resource));
+    it.each(table)('?%s matches: %s', (query, expected) => expectMatch(resource, query, expected));
+  });
+}
+
+describe('number and quantity parameters over a Range', () => {
+  // Condition.abatement-age is `abatement.as(Age) | abatement.as(Range)`: the Range branch once never matched.
+  cases({ resourceType: 'Condition', id: 'abated', subject: { reference: 'Patient/p' }, abatementRange: { low: { value: 1, unit: 'a' }, high: { value: 1, unit: 'a' } } }, [
+    ['abatement-age=1', true],
+    ['abatement-age=2', false],
+    ['abatement-age=gt0', true],
+    ['abatement-age=lt1', false],
+    ['abatement-age=le1', true],
+    ['abatement-age=ne1', false],
+    ['abatement-age=ap1.05', true],
+    ['abatement-age=1||a', true],
+    ['abatement-age=1||mo', false],
+  ]);
+  // An open Range (no high): from 10 years on.
+  cases({ resourceType: 'Condition', id: 'onset', subject: { reference: 'Patient/p' }, onsetRange: { low: { value: 10, unit: 'a' } } }, [
+    ['onset-age=gt50', true],
+    ['onset-age=lt5', false],
+    ['onset-age=10', false],
+    ['onset-age=ne10', true],
+    ['onset-age=sa5', true],
+    ['onset-age=eb100', false],
+    ['onset-age=ap200', true],
+  ]);
+  cases({ resourceType: 'RiskAssessment', id: 'risk', subject: { reference: 'Patient/p' }, status: 'final', prediction: [{ probabilityRange: { low: { value: 0.2 }, high: { value: 0.4 } } }] }, [
+    ['probability=gt0.3', true],
+    ['probability=sa0.4', false],
+    ['probability=sa0.1', true],
+    ['probability=eb0.5', true],
+    ['probability=0.3', false],
+  ]);
+});
+
+describe('quantity parameters over Money, and over what has no single quantity', () => {
+  cases({ resourceType: 'ChargeItem', id: 'charge', status: 'billable', code: { text: 'x' }, subject: { reference: 'Patient/p' }, priceOverride: { value: 10, currency: 'EUR' } }, [
+    ['price-override=10', true],
+    ['price-override=10||EUR', true],
+    ['price-override=10|urn:iso:std:iso:4217|EUR', true],
+    ['price-override=10||USD', false],
+    ['price-override=10|http://unitsofmeasure.org|EUR', false],
+    ['price-override=gt9', true],
+  ]);
+  cases({ resourceType: 'Observation', id: 'sampled', status: 'final', code: { text: 'x' }, valueSampledData: { origin: { value: 1 }, period: 1, dimensions: 1 } }, [
+    ['value-quantity=1', false],
+    ['value-quantity:missing=false', true],
+  ]);
+  // A date parameter over performedAge: an Age is no date (it once read as an open Period, matching every date).
+  cases({ resourceType: 'Procedure', id: 'aged', status: 'completed', subject: { reference: 'Patient/p' }, performedAge: { value: 5, unit: 'a' } }, [
+    ['date=ge2000', false],
+    ['date=lt2000', false],
+    ['date:missing=false', true],
+  ]);
+});
+
+describe('the ap prefix', () => {
+  cases({ resourceType: 'Encounter', id: 'long', status: 'finished', class: { code: 'AMB' }, length: { value: 100, unit: 'min' } }, [
+    ['length=ap95', true],
+    ['length=ap110', true],
+    ['length=ap80', false],
+    ['length=ap112', false],
+  ]);
+  it('on a date, is within 10% of the gap between now and the date (REST search; criteria refuse it)', async () => {
+    const born = { resourceType: 'Patient', id: 'born', birthDate: '2020-01-15' };
+    await store(born);
+    const yearsAgo = (new Date().getUTCFullYear() - 2020) * 0.1;
+    expect(yearsAgo).toBeGreaterThan(0.5);
+    expect(await foundBySearch(born, 'birthdate=ap2020-06-01')).toBe(true);
+    expect(await foundBySearch(born, 'birthdate=ap2019-01-01')).toBe(false);
+    const response = await t.fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: 'Patient?birthdate=ap2020-06-01',
+      reason: 'test',
+      channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/hook', payload: 'application/fhir+json' },
+    });
+    expect(response.statusCode).toBe(400);
+    expect(JSON.stringify(response.json())).toMatch(/ap on a date/);
+  });
+});
+
+describe('canonical references', () => {
+  cases({ resourceType: 'QuestionnaireResponse', id: 'relative', status: 'completed', questionnaire: 'Questionnaire/123' }, [
+    ['questionnaire=Questionnaire/123', true],
+    ['questionnaire=123', true],
+    ['questionnaire=Questionnaire/124', false],
+  ]);
+  cases({ resourceType: 'QuestionnaireResponse', id: 'versioned', status: 'completed', questionnaire: 'http://x.org/Questionnaire/q|2.0' }, [
+    ['questionnaire=http://x.org/Questionnaire/q', true],
+    ['questionnaire=http://x.org/Questionnaire/q%7C2.0', true],
+    ['questionnaire=http://x.org/Questionnaire/q%7C1.0', false],
+    ['questionnaire=http://x.org/Questionnaire/qq', false],
+  ]);
+});
+
+describe('uri parameters, :above and :below', () => {
+  cases({ resourceType: 'ValueSet', id: 'deep', status: 'active', url: 'http://acme.org/fhir/ValueSet/123' }, [
+    ['url=http://acme.org/fhir/ValueSet/123', true],
+    ['url:below=http://acme.org/fhir/', true],
+    ['url:below=http://acme.org/other', false],
+    ['url:above=http://acme.org/fhir/ValueSet/123/_history/5', true],
+    ['url:above=http://acme.org/fhir/ValueSet', false],
+  ]);
+  cases({ resourceType: 'ValueSet', id: 'root', status: 'active', url: 'http://acme.org/fhir/' }, [
+    ['url:above=http://acme.org/fhir/ValueSet/123', true],
+    ['url:below=http://acme.org/fhir/ValueSet', false],
+  ]);
+  cases({ resourceType: 'Patient', id: 'profiled', meta: { profile: ['http://x.org/P|1.0'] } }, [
+    ['_profile=http://x.org/P', true],
+    ['_profile=http://x.org/P%7C1.0', true],
+    ['_profile=http://x.org/P%7C2.0', false],
+  ]);
+
+  it('lists a uri and its parents for :above', () => {
+    expect(parentsOf('http://a.org/fhir/ValueSet/1')).toEqual([
+      'http://a.org/fhir/ValueSet/1',
+      'http://a.org/fhir/ValueSet/',
+      'http://a.org/fhir/ValueSet',
+      'http://a.org/fhir/',
+      'http://a.org/fhir',
+      'http://a.org/',
+      'http://a.org',
+    ]);
+    expect(parentsOf('urn:uuid:7')).toEqual(['urn:uuid:7']);
+    expect(parentsOf('/a/b')).toEqual(['/a/b', '/a/', '/a', '/']);
+  });
+});
+
+describe('_include of an array-valued reference', () => {
+  it('Patient?_include=Patient:general-practitioner includes each referenced Practitioner', async () => {
+    await store({ resourceType: 'Practitioner', id: 'gp1', active: true });
+    await store({ resourceType: 'Organization', id: 'org1', active: true });
+    await store({ resourceType: 'Patient', id: 'cared', generalPractitioner: [{ reference: 'Practitioner/gp1' }, { reference: 'Organization/org1' }] });
+    const response = await t.fhir('GET', '/Patient?_id=cared&_include=Patient:general-practitioner');
+    const included = response.json().entry.filter((entry: { search: { mode: string } }) => entry.search.mode === 'include');
+    expect(included.map((entry: { resource: Resource }) => `${entry.resource.resourceType}/${entry.resource.id}`).sort()).toEqual([
+      'Organization/org1',
+      'Practitioner/gp1',
+    ]);
+    const practitionersOnly = await t.fhir('GET', '/Patient?_id=cared&_include=Patient:general-practitioner:Practitioner');
+    expect(practitionersOnly.json().entry.filter((entry: { search: { mode: string } }) => entry.search.mode === 'include')).toHaveLength(1);
+  });
+});
