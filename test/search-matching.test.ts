@@ -1,6 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parentsOf } from '../src/search/jsonpath.ts';
+import { resourceTypes } from '../src/fhir/definitions.ts';
+import { compileFilters, parentsOf } from '../src/search/jsonpath.ts';
+import { isSupported, searchParametersOf } from '../src/search/parameters.ts';
+import { parseSearchQuery } from '../src/search/query.ts';
 import { startTestApp, type TestApp } from './support/app.ts';
+import { matchesSearch } from './support/search-oracle.ts';
 import { subscribe } from './support/subscriptions.ts';
 
 /**
@@ -197,5 +201,77 @@ describe('_include of an array-valued reference', () => {
     ]);
     const practitionersOnly = await t.fhir('GET', '/Patient?_id=cared&_include=Patient:general-practitioner:Practitioner');
     expect(practitionersOnly.json().entry.filter((entry: { search: { mode: string } }) => entry.search.mode === 'include')).toHaveLength(1);
+  });
+});
+
+/**
+ * For each pair of parameter type and element type that the R4 parameters
+ * compile to, one stored value of that element type and a search that must
+ * (or, where the element cannot hold such a value, must not) match it,
+ * judged by the compiled predicate in PostgreSQL and by the FHIRPath oracle.
+ * A new pair (a new definitions package) fails until it has its example.
+ */
+describe('every parameter type × element type pair the compiler accepts', () => {
+  type Example = [resource: Record<string, unknown> & { resourceType: string }, query: string, matches: boolean];
+  const period = { start: '2026-01-01', end: '2026-01-02' };
+  const examples: Record<string, Example> = {
+    'date:Age': [{ resourceType: 'Procedure', performedAge: { value: 5, unit: 'a' } }, 'date=ge2000', false],
+    'date:Range': [{ resourceType: 'Procedure', performedRange: { low: { value: 5 } } }, 'date=ge2000', false],
+    'date:string': [{ resourceType: 'Procedure', performedString: '2026-01-01' }, 'date=2026', false],
+    'date:Period': [{ resourceType: 'Encounter', period }, 'date=2026-01', true],
+    'date:Timing': [{ resourceType: 'Observation', effectiveTiming: { event: ['2026-01-01'] } }, 'date=2026', true],
+    'date:date': [{ resourceType: 'Patient', birthDate: '2026-01-15' }, 'birthdate=2026-01', true],
+    'date:dateTime': [{ resourceType: 'Observation', effectiveDateTime: '2026-01-01T10:00:00Z' }, 'date=2026-01-01', true],
+    'date:instant': [{ resourceType: 'Appointment', start: '2026-01-01T10:00:00Z' }, 'date=lt2026-02', true],
+    'number:Range': [{ resourceType: 'RiskAssessment', prediction: [{ probabilityRange: { low: { value: 0.2 }, high: { value: 0.3 } } }] }, 'probability=gt0.25', true],
+    'number:decimal': [{ resourceType: 'RiskAssessment', prediction: [{ probabilityDecimal: 0.2 }] }, 'probability=0.2', true],
+    'number:integer': [{ resourceType: 'MolecularSequence', variant: [{ start: 7 }] }, 'variant-start=ge7', true],
+    'quantity:Age': [{ resourceType: 'Condition', onsetAge: { value: 5, code: 'a', system: 'http://unitsofmeasure.org' } }, 'onset-age=5|http://unitsofmeasure.org|a', true],
+    'quantity:Duration': [{ resourceType: 'Encounter', length: { value: 30, unit: 'min' } }, 'length=30||min', true],
+    'quantity:Money': [{ resourceType: 'ChargeItem', priceOverride: { value: 10, currency: 'EUR' } }, 'price-override=10||EUR', true],
+    'quantity:Quantity': [{ resourceType: 'Observation', valueQuantity: { value: 5.4, code: 'mg' } }, 'value-quantity=5.4||mg', true],
+    'quantity:Range': [{ resourceType: 'Condition', onsetRange: { low: { value: 1, code: 'a' }, high: { value: 3, code: 'a' } } }, 'onset-age=gt2', true],
+    'quantity:SampledData': [{ resourceType: 'Observation', valueSampledData: { origin: { value: 1 }, period: 1, dimensions: 1 } }, 'value-quantity=1', false],
+    'reference:Attachment': [{ resourceType: 'Consent', sourceAttachment: { url: 'http://x.org/consent.pdf' } }, 'source-reference=http://x.org/consent.pdf', true],
+    'reference:Reference': [{ resourceType: 'Observation', subject: { reference: 'Patient/p1' } }, 'subject=Patient/p1', true],
+    'reference:Resource': [{ resourceType: 'Bundle', type: 'document', entry: [{ resource: { resourceType: 'Composition', id: 'c1' } }] }, 'composition=Composition/c1', true],
+    'reference:canonical': [{ resourceType: 'QuestionnaireResponse', questionnaire: 'Questionnaire/q1' }, 'questionnaire=q1', true],
+    'reference:uri': [{ resourceType: 'ConceptMap', sourceUri: 'ValueSet/v1' }, 'source-uri=ValueSet/v1', true],
+    'string:Address': [{ resourceType: 'Patient', address: [{ city: 'Paris' }] }, 'address=par', true],
+    'string:HumanName': [{ resourceType: 'Patient', name: [{ given: ['Anna'] }] }, 'name=ann', true],
+    'string:markdown': [{ resourceType: 'ValueSet', description: 'Codes for x' }, 'description=codes', true],
+    'string:string': [{ resourceType: 'Organization', name: 'Acme' }, 'name=ac', true],
+    'token:CodeableConcept': [{ resourceType: 'Observation', code: { coding: [{ system: 'http://s', code: 'c' }] } }, 'code=http://s|c', true],
+    'token:Coding': [{ resourceType: 'Encounter', class: { system: 'http://s', code: 'AMB' } }, 'class=AMB', true],
+    'token:ContactPoint': [{ resourceType: 'Patient', telecom: [{ system: 'email', value: 'a@x.org' }] }, 'email=a@x.org', true],
+    'token:Identifier': [{ resourceType: 'Patient', identifier: [{ system: 'http://s', value: '1' }] }, 'identifier=http://s|1', true],
+    'token:boolean': [{ resourceType: 'Patient', active: true }, 'active=true', true],
+    'token:code': [{ resourceType: 'Appointment', status: 'booked' }, 'status=booked', true],
+    'token:http://hl7.org/fhirpath/System.String': [{ resourceType: 'Patient', id: 'p1' }, '_id=p1', true],
+    'token:id': [{ resourceType: 'ImagingStudy', series: [{ instance: [{ uid: '1.2.3' }] }] }, 'instance=1.2.3', true],
+    'token:string': [{ resourceType: 'ActivityDefinition', version: '2.0' }, 'version=2.0', true],
+    'token:uri': [{ resourceType: 'MessageHeader', eventUri: 'http://x.org/e' }, 'event=http://x.org/e', true],
+    'uri:?': [{ resourceType: 'ConceptMap', group: [{ element: [{ target: [{ product: [{ property: 'http://x.org/p' }] }] }] }] }, 'product=http://x.org/p', true],
+    'uri:canonical': [{ resourceType: 'Patient', meta: { profile: ['http://x.org/P|2'] } }, '_profile=http://x.org/P', true],
+    'uri:uri': [{ resourceType: 'ValueSet', url: 'http://x.org/vs' }, 'url:below=http://x.org/', true],
+    'uri:url': [{ resourceType: 'Subscription', channel: { endpoint: 'http://x.org/hook' } }, 'url=http://x.org/hook', true],
+  };
+
+  it('has an example for each pair, and no example for a pair that does not exist', () => {
+    const pairs = new Set<string>();
+    for (const resourceType of resourceTypes) {
+      for (const parameter of searchParametersOf(resourceType).values()) {
+        if (!isSupported(parameter)) continue;
+        for (const path of parameter.paths) pairs.add(`${parameter.type}:${(path.at(-1)?.types ?? ['?']).join('/')}`);
+      }
+    }
+    expect([...pairs].sort()).toEqual(Object.keys(examples).sort());
+  });
+
+  it.each(Object.entries(examples))('%s: %j', async (_, [resource, query, expected]) => {
+    const predicate = compileFilters(parseSearchQuery(resource.resourceType, query).filters);
+    const { rows } = await t.database.pool.query<{ matched: boolean }>('SELECT jsonb_path_match($1::jsonb, $2::jsonpath) AS matched', [resource, predicate]);
+    expect(rows[0]!.matched, `compiled: ${predicate}`).toBe(expected);
+    expect(matchesSearch(resource, resource.resourceType, query), 'oracle').toBe(expected);
   });
 });

@@ -67,7 +67,8 @@ function parseBranch(rest: string, resourceType: string): ElementPath[] {
 function child({ steps, definitionPath }: Reading, name: string): Reading {
   const path = definitionPath === undefined ? undefined : `${definitionPath}.${name}`;
   const element = path === undefined ? undefined : elementTypes.get(path);
-  const next = [...steps, { name, ...(element && !element.choice ? { types: element.types } : {}) }];
+  // An element defined by reference to another (ConceptMap's dependsOn, product) lists no type: unknown.
+  const next = [...steps, { name, ...(element && !element.choice && element.types.length > 0 ? { types: element.types } : {}) }];
   if (element?.choice) return { steps: next, definitionPath: undefined, choiceTypes: element.types };
   // Into a data type (HumanName, UsageContext, ...) its own definition takes over; a backbone element stays in place.
   const type = element?.types.length === 1 ? element.types[0]! : undefined;

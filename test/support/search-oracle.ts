@@ -524,7 +524,8 @@ function referenceMatches({ type, data }: TypedValue, wanted: { type?: string; i
       : // A canonical (or uri) names `Type/id`, possibly with a `|version` after it.
         (type === 'canonical' || type === 'uri') && typeof data === 'string'
         ? data.split('|')[0]
-        : type === 'Resource'
+        : // A resource in place (Bundle.entry[0].resource): the model types it as itself.
+          typeof asObject(data).resourceType === 'string'
           ? `${String(asObject(data).resourceType)}/${String(asObject(data).id)}`
           : undefined;
   if (typeof reference !== 'string') return false;
