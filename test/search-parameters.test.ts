@@ -29,7 +29,7 @@ describe('R4 search parameters compiled to SQL', () => {
   it('supports the great majority of all R4 parameters, and says which it does not', () => {
     const { total, supported, unsupported } = coverage(resourceTypes);
     console.log(`R4 search parameters (per resource type, without _text/_content/_query): ${supported} of ${total} supported`);
-    expect(supported / total).toBeGreaterThan(0.96);
+    expect(supported / total).toBeGreaterThan(0.99);
     const reasons = new Set(
       unsupported.map((key) => {
         const [type, code] = key.split('.') as [string, string];
@@ -37,8 +37,12 @@ describe('R4 search parameters compiled to SQL', () => {
         return isSupported(parameter) ? '' : parameter.unsupported.replace(/\(.*\)$/, '').trim();
       }),
     );
-    expect(reasons).toEqual(
-      new Set(['composite parameters are not supported', 'special parameters are not supported', 'its FHIRPath expression is beyond what compiles to SQL']),
-    );
+    expect(reasons).toEqual(new Set(['special parameters are not supported', 'its FHIRPath expression is beyond what compiles to SQL']));
+    // Composites are supported but three R4 defines in a way that cannot be read: two through %resource, one with its components' types swapped.
+    expect(unsupported.filter((key) => /coordinate|relationship/.test(key)).sort()).toEqual([
+      'DocumentReference.relationship',
+      'MolecularSequence.chromosome-variant-coordinate',
+      'MolecularSequence.referenceseqid-variant-coordinate',
+    ]);
   });
 });

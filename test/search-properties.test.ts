@@ -337,7 +337,7 @@ const quantityValue = fc.oneof(
     .map(([number, system, unit]) => `${number}|${system}|${unit}`),
 );
 
-type Parameter = { code: string; type: string; targets: readonly string[] };
+type Parameter = { code: string; type: string; targets: readonly string[]; components?: Parameter[] };
 
 /** The parameters of a type that the engine supports (it refuses the rest with a 400, tested elsewhere). */
 function parametersOf(resourceType: string): { supported: Parameter[]; refused: string[] } {
@@ -346,13 +346,46 @@ function parametersOf(resourceType: string): { supported: Parameter[]; refused: 
   for (const definition of searchParameterDefinitions) {
     if (!definition.base.some((base) => base === resourceType || base === 'Resource' || base === 'DomainResource')) continue;
     try {
-      parseSearchQuery(resourceType, `${definition.code}:missing=true`);
-      supported.push({ code: definition.code, type: definition.type, targets: definition.target ?? [] });
+      if (definition.type === 'composite') {
+        const components = (definition.component ?? []).map((component) => {
+          const found = searchParameterDefinitions.find((candidate) => candidate.url === component.definition)!;
+          return { code: found.code, type: found.type, targets: found.target ?? [] };
+        });
+        // A composite takes no :missing: probe it with a value of the right shape.
+        parseSearchQuery(resourceType, `${definition.code}=${components.map((component) => probeValues[component.type]).join('$')}`);
+        supported.push({ code: definition.code, type: definition.type, targets: [], components });
+      } else {
+        parseSearchQuery(resourceType, `${definition.code}:missing=true`);
+        supported.push({ code: definition.code, type: definition.type, targets: definition.target ?? [] });
+      }
     } catch {
       refused.push(definition.code);
     }
   }
   return { supported, refused };
+}
+
+const probeValues: Record<string, string> = { token: 'a', string: 'a', reference: 'p1', date: '2026', number: '1', quantity: '1', uri: 'urn:a' };
+
+/** One part of a composite value, for a component of this type. */
+function componentValue(component: Parameter): fc.Arbitrary<string> {
+  const withPrefix = (values: fc.Arbitrary<string>, allowed: readonly string[]) =>
+    fc.tuple(fc.oneof(fc.constant(''), pick(allowed)), values).map(([p, value]) => `${p}${value}`);
+  switch (component.type) {
+    case 'token':
+      return tokenValue;
+    case 'string':
+      return searchText.map(escape);
+    case 'quantity':
+      return withPrefix(quantityValue, numberPrefixes);
+    case 'number':
+      return withPrefix(pick(searchNumbers), numberPrefixes);
+    case 'date':
+      return withPrefix(searchDate, prefixes);
+    case 'reference':
+      return fc.tuple(pick(component.targets.length === 0 ? anyTarget : component.targets), pick(referenceIds)).map(([type, id]) => `${type}/${id}`);
+  }
+  throw new Error(`no generator for a ${component.type} component`);
 }
 
 /** One `name[:modifier]=value[,value]` clause and what it covers. */
@@ -374,6 +407,11 @@ function clause(parameter: Parameter): fc.Arbitrary<Clause> {
       })),
     );
   switch (type) {
+    case 'composite':
+      return orValues(fc.tuple(...parameter.components!.map(componentValue)).map((parts) => parts.join('$'))).map((value) => ({
+        text: `${name}=${value}`,
+        covers: ['composite:', `parameter:${name}`],
+      }));
     case 'token':
       if (name === '_id') return fc.oneof({ weight: 4, arbitrary: plain(pick(resourceIds)) }, { weight: 1, arbitrary: plain(pick(resourceIds), 'not') }, { weight: 1, arbitrary: missing });
       return fc.oneof(
@@ -467,7 +505,7 @@ function expectedCoverage(parameters: Parameter[]): string[] {
   const types = new Set(parameters.map((parameter) => parameter.type));
   const expected = ['repeated parameter', ...parameters.map((parameter) => `parameter:${parameter.code}`)];
   for (const type of types) {
-    expected.push(`${type}:`, `${type}:missing`);
+    expected.push(`${type}:`, ...(type === 'composite' ? [] : [`${type}:missing`]));
     if (type === 'token') expected.push('token:not', 'token:text');
     if (type === 'string') expected.push('string:exact', 'string:contains');
     if (type === 'date') expected.push(...[...prefixes, 'none'].map((p) => `${type}:prefix:${p}`));
@@ -522,9 +560,8 @@ describe('the compiled jsonpath predicate selects what the FHIRPath oracle selec
   for (const [resourceType, numRuns] of Object.entries(runs)) {
     it(`${resourceType}: ${numRuns} generated searches`, { timeout: 300_000 * factor }, async () => {
       const { supported, refused } = parametersOf(resourceType);
-      // Refused: composites, _text/_content/_query (no expression) and Patient.deceased (a boolean expression, not a path).
-      const compilable = (code: string) =>
-        searchParameterDefinitions.some((definition) => definition.code === code && definition.type !== 'composite' && definition.expression !== undefined);
+      // Refused: _text/_content/_query (no expression) and Patient.deceased (a boolean expression, not a path).
+      const compilable = (code: string) => searchParameterDefinitions.some((definition) => definition.code === code && definition.expression !== undefined);
       expect(refused.filter((code) => compilable(code) && code !== 'deceased')).toEqual([]);
 
       const covered = new Set<string>();

@@ -22,6 +22,8 @@ export type SearchParameterDefinition = {
   type: 'number' | 'date' | 'string' | 'token' | 'reference' | 'composite' | 'quantity' | 'uri' | 'special';
   expression?: string;
   target?: string[];
+  /** A composite's parts: each a parameter (by url) read by `expression` from the composite's element. */
+  component?: { definition: string; expression: string }[];
 };
 
 type DefinitionsBundle<T> = { entry: { resource: T }[] };

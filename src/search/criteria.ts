@@ -1,5 +1,6 @@
 import { badRequest } from '../fhir/outcome.ts';
 import { compileFilters } from './jsonpath.ts';
+import { isSupported, searchParametersOf } from './parameters.ts';
 import { parseCriteriaString, type Filter, type Include } from './query.ts';
 
 /** An _include or _revinclude of a criteria, as stored: parameter by code, resolved again on use. */
@@ -41,6 +42,17 @@ export function compileCriteria(criteria: string): CompiledCriteria {
     include: query.include.map(storeInclude),
     revinclude: query.revinclude.map(storeInclude),
   };
+}
+
+/** The stored includes of a criteria, resolved to their parameters again. */
+export function resolveIncludes(compiled: CompiledCriteria): { include: Include[]; revinclude: Include[] } {
+  return { include: compiled.include.map(resolveInclude), revinclude: compiled.revinclude.map(resolveInclude) };
+}
+
+function resolveInclude({ sourceType, parameter, targetType, iterate }: StoredInclude): Include {
+  const definition = searchParametersOf(sourceType).get(parameter);
+  if (!definition || !isSupported(definition) || definition.type === 'composite') throw new Error(`stored include ${sourceType}:${parameter} no longer resolves`);
+  return { sourceType, parameter: definition, iterate, ...(targetType === undefined ? {} : { targetType }) };
 }
 
 function storeInclude({ sourceType, parameter, targetType, iterate }: Include): StoredInclude {

@@ -25,7 +25,17 @@ export class UnsupportedExpression extends Error {
 
 /** The element paths an expression selects in resources of `resourceType`. */
 export function elementPaths(expression: string, resourceType: string): ElementPath[] {
-  const paths: ElementPath[] = [];
+  return locatedPaths(expression, resourceType).map((located) => located.path);
+}
+
+/**
+ * An element path with where it ends in the definitions ("Observation.component",
+ * "UsageContext"), from which a composite parameter's components are read.
+ */
+export type LocatedPath = { path: ElementPath; definitionPath: string | undefined };
+
+export function locatedPaths(expression: string, resourceType: string): LocatedPath[] {
+  const paths: LocatedPath[] = [];
   for (const branch of splitTopLevel(expression, '|')) {
     const text = unwrapParentheses(branch.trim());
     const root = /^([A-Z][A-Za-z]*)(?=\.|$)/.exec(text)?.[1];
@@ -36,11 +46,20 @@ export function elementPaths(expression: string, resourceType: string): ElementP
   return paths;
 }
 
+/** The paths a composite's component expression ("code", "value.ofType(Quantity)") selects from an element at `definitionPath`. */
+export function relativePaths(expression: string, definitionPath: string | undefined): ElementPath[] {
+  return splitTopLevel(expression, '|').flatMap((branch) => {
+    const text = unwrapParentheses(branch.trim());
+    if (!/^[a-z]/.test(text)) throw new UnsupportedExpression(`component '${text}' is not a path from its element`);
+    return parseBranch(`.${text}`, definitionPath).map((located) => located.path);
+  });
+}
+
 /** A path being read: its steps so far, where it stands in the definitions, and whether its last step awaits a choice type. */
 type Reading = { steps: PathStep[]; definitionPath: string | undefined; choiceTypes?: readonly string[] };
 
-function parseBranch(rest: string, resourceType: string): ElementPath[] {
-  let readings: Reading[] = [{ steps: [], definitionPath: resourceType }];
+function parseBranch(rest: string, start: string | undefined): LocatedPath[] {
+  let readings: Reading[] = [{ steps: [], definitionPath: start }];
   let text = rest;
   while (text.length > 0) {
     let match: RegExpExecArray | null;
@@ -61,7 +80,7 @@ function parseBranch(rest: string, resourceType: string): ElementPath[] {
     }
     text = text.slice(match[0].length);
   }
-  return readings.flatMap(settleChoice).map((reading) => reading.steps);
+  return readings.flatMap(settleChoice).map((reading) => ({ path: reading.steps, definitionPath: reading.definitionPath }));
 }
 
 function child({ steps, definitionPath }: Reading, name: string): Reading {
@@ -85,9 +104,11 @@ function settleChoice(reading: Reading): Reading[] {
 function chooseType(reading: Reading, type: string): Reading {
   const last = reading.steps.at(-1);
   if (!last || !reading.choiceTypes) throw new UnsupportedExpression(`ofType(${type}) on an element that is not a choice`);
-  if (!reading.choiceTypes.includes(type)) throw new UnsupportedExpression(`'${last.name}' cannot be of type ${type}`);
-  const steps = [...reading.steps.slice(0, -1), { name: last.name + capitalize(type), types: [type] }];
-  return { steps, definitionPath: complexTypes.has(type) ? type : undefined };
+  // FHIRPath may name a primitive type capitalized (ofType(DateTime) for dateTime).
+  const chosen = reading.choiceTypes.find((candidate) => candidate === type) ?? reading.choiceTypes.find((candidate) => candidate.toLowerCase() === type.toLowerCase());
+  if (chosen === undefined) throw new UnsupportedExpression(`'${last.name}' cannot be of type ${type}`);
+  const steps = [...reading.steps.slice(0, -1), { name: last.name + capitalize(chosen), types: [chosen] }];
+  return { steps, definitionPath: complexTypes.has(chosen) ? chosen : undefined };
 }
 
 function withFilter(steps: PathStep[], filter: StepFilter): PathStep[] {

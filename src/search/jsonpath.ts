@@ -1,4 +1,5 @@
 import type { ElementPath, PathStep } from './element-paths.ts';
+import type { CompositeParameter, SimpleParameter } from './parameters.ts';
 import type { Filter } from './query.ts';
 import type { Prefix, SearchValue } from './values.ts';
 import { formatMicros } from './values.ts';
@@ -18,20 +19,39 @@ export function compileFilters(filters: readonly Filter[]): string | null {
 
 function compileFilter(filter: Filter): string {
   const { parameter, modifier, values } = filter;
+  if (parameter.type === 'composite') return compositeCondition(parameter, values);
   const first = values[0];
   if (first?.kind === 'missing') {
     const present = anyOf(parameter.paths.map((path) => `exists(${accessor(path)})`));
     return first.missing ? `!${present}` : present;
   }
-  const found = anyOf(
+  const found = valuesFound('$', parameter, modifier, values);
+  return modifier === 'not' ? `!${found}` : found;
+}
+
+/** Whether some value at the parameter's paths, from `root` ('$' or a composite's '@'), matches one of `values`. */
+function valuesFound(root: string, parameter: SimpleParameter, modifier: Filter['modifier'], values: readonly SearchValue[]): string {
+  return anyOf(
     parameter.paths.map((path) => {
       // The element's FHIR types, when known, narrow the JSON shapes worth testing.
       const types = path.at(-1)?.types;
       const condition = anyOf(values.map((value) => valueCondition(value, modifier, types, parameter.targets)));
-      return `exists(${accessor(path)} ? (${condition}))`;
+      return `exists(${accessor(path, root)} ? (${condition}))`;
     }),
   );
-  return modifier === 'not' ? `!${found}` : found;
+}
+
+/** Some root element (one Observation.component) in which every component matches its part of one value. */
+function compositeCondition(parameter: CompositeParameter, values: readonly SearchValue[]): string {
+  return anyOf(
+    parameter.roots.flatMap(({ path, components }) =>
+      values.map((value) => {
+        if (value.kind !== 'composite') throw new Error('a composite parameter takes composite values');
+        const all = allOf(components.map((component, index) => valuesFound('@', component, undefined, [value.parts[index]!])));
+        return `exists(${accessor(path)} ? (${all}))`;
+      }),
+    ),
+  );
 }
 
 /** Element types, or undefined when the definitions do not say (any shape may appear). */
@@ -51,8 +71,8 @@ function forTypes(types: Types, alternatives: [applies: (type: string) => boolea
 const isPrimitive = (type: string) => /^[a-z]/.test(type);
 
 /** `$."participant"."actor" ? (...)`: lax mode walks arrays on its own. */
-export function accessor(path: ElementPath): string {
-  return `$${path.map(stepAccessor).join('')}`;
+export function accessor(path: ElementPath, root = '$'): string {
+  return `${root}${path.map(stepAccessor).join('')}`;
 }
 
 function stepAccessor(step: PathStep): string {
@@ -87,7 +107,8 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier'], types:
     case 'date':
       return dateCondition(value.prefix, value.low, value.high, types);
     case 'missing':
-      throw new Error(':missing is compiled by compileFilter');
+    case 'composite':
+      throw new Error(`${value.kind} values are compiled by compileFilter`);
   }
 }
 

@@ -1,7 +1,7 @@
 import { isResourceType } from '../fhir/definitions.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
-import { isSupported, searchParametersOf, type SearchParameter } from './parameters.ts';
-import { parseValue, splitUnescaped, type SearchValue } from './values.ts';
+import { isSupported, searchParametersOf, type SearchParameter, type SimpleParameter } from './parameters.ts';
+import { parseComposite, parseValue, splitUnescaped, type SearchValue } from './values.ts';
 
 /**
  * Parsing of FHIR search queries (`Type?name[:modifier]=value&...`): repeated
@@ -20,7 +20,7 @@ export type Filter = {
 
 export type Include = {
   sourceType: string;
-  parameter: SearchParameter;
+  parameter: SimpleParameter;
   targetType?: string;
   iterate: boolean;
 };
@@ -50,6 +50,7 @@ const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
   number: ['missing'],
   quantity: ['missing'],
   uri: ['missing', 'above', 'below'],
+  composite: [],
 };
 
 /** Parameters that shape the result rather than filter it. */
@@ -121,7 +122,9 @@ function parseFilter(resourceType: string, name: string, modifierText: string | 
     if (value !== 'true' && value !== 'false') throw badRequest(`':missing' takes true or false, not '${value}'`);
     return { parameter, modifier, values: [{ kind: 'missing', missing: value === 'true' }] };
   }
-  const values = splitUnescaped(value, ',').map((text) => parseValue(parameter, modifier, text));
+  const values = splitUnescaped(value, ',').map((text) =>
+    parameter.type === 'composite' ? parseComposite(parameter, text) : parseValue(parameter, modifier, text),
+  );
   return { parameter, ...(modifier === undefined ? {} : { modifier }), values };
 }
 

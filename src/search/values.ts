@@ -1,6 +1,6 @@
 import { isResourceType } from '../fhir/definitions.ts';
 import { badRequest } from '../fhir/outcome.ts';
-import type { SearchParameter } from './parameters.ts';
+import type { CompositeParameter, SimpleParameter } from './parameters.ts';
 import type { Modifier } from './query.ts';
 
 /**
@@ -29,11 +29,13 @@ export type SearchValue =
    */
   | { kind: 'number'; prefix: Prefix; value: string; low: string; high: string }
   | { kind: 'quantity'; prefix: Prefix; value: string; low: string; high: string; system?: string; code?: string }
-  | { kind: 'uri'; uri: string };
+  | { kind: 'uri'; uri: string }
+  /** A composite's parts, one per component, in order. */
+  | { kind: 'composite'; parts: SearchValue[] };
 
 const prefixes: readonly Prefix[] = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb', 'ap'];
 
-export function parseValue(parameter: SearchParameter, modifier: Modifier | undefined, text: string): SearchValue {
+export function parseValue(parameter: SimpleParameter, modifier: Modifier | undefined, text: string): SearchValue {
   const name = parameter.code;
   switch (parameter.type) {
     case 'token':
@@ -53,6 +55,16 @@ export function parseValue(parameter: SearchParameter, modifier: Modifier | unde
     case 'quantity':
       return parseQuantity(name, text);
   }
+}
+
+/** `part$part…`: one part per component, each parsed for its component's type. */
+export function parseComposite(parameter: CompositeParameter, text: string): SearchValue {
+  const components = parameter.roots[0]!.components;
+  const parts = splitUnescaped(text, '$');
+  if (parts.length !== components.length) {
+    throw badRequest(`'${parameter.code}' takes ${components.length} values separated by '$' (${components.map((component) => component.code).join('$')}), not '${text}'`);
+  }
+  return { kind: 'composite', parts: parts.map((part, index) => parseValue(components[index]!, undefined, part)) };
 }
 
 function parseToken(text: string): SearchValue {

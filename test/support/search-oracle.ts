@@ -41,7 +41,9 @@ type Value =
   | { kind: 'uri'; uri: string; modifier?: string }
   | { kind: 'number'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal }
   | { kind: 'quantity'; prefix: Prefix; value: Decimal; low: Decimal; high: Decimal; system?: string; code?: string }
-  | { kind: 'date'; prefix: Prefix; low: bigint; high: bigint };
+  | { kind: 'date'; prefix: Prefix; low: bigint; high: bigint }
+  /** One value per component of a composite, in order. */
+  | { kind: 'composite'; parts: Value[]; components: SearchParameterDefinition[] };
 
 type Criterion = {
   definition: SearchParameterDefinition;
@@ -61,6 +63,7 @@ const allowedModifiers: Record<string, readonly string[]> = {
   number: ['missing'],
   quantity: ['missing'],
   uri: ['missing', 'above', 'below'],
+  composite: [],
 };
 
 export class OracleQueryError extends Error {
@@ -137,10 +140,22 @@ export function parseQuery(resourceType: string, rawQuery: string): Criterion[] 
       criteria.push({ definition, modifier, missing: raw === 'true', values: [] });
       continue;
     }
-    const values = splitEscaped(raw, ',').map((text) => parseValue(definition.type, modifier, referenceType, text));
+    const values = splitEscaped(raw, ',').map((text) =>
+      definition.type === 'composite' ? parseComposite(definition, text) : parseValue(definition.type, modifier, referenceType, text),
+    );
     criteria.push({ definition, ...(modifier === undefined ? {} : { modifier }), values });
   }
   return criteria;
+}
+
+function parseComposite(definition: SearchParameterDefinition, text: string): Value {
+  const components = (definition.component ?? []).map((component) => {
+    const found = searchParameterDefinitions.find((candidate) => candidate.url === component.definition);
+    return found ?? fail(`component ${component.definition}`);
+  });
+  const parts = splitEscaped(text, '$');
+  if (parts.length !== components.length) fail(`composite ${text}`);
+  return { kind: 'composite', components, parts: parts.map((part, index) => parseValue(components[index]!.type, undefined, undefined, part)) };
 }
 
 function parseValue(type: string, modifier: string | undefined, referenceType: string | undefined, text: string): Value {
@@ -385,7 +400,7 @@ function textMatches(candidate: string, search: string, mode: string | undefined
 /** A value found by a parameter's expression, with the FHIR type the R4 model gives it. */
 type TypedValue = { type: string; data: unknown };
 
-const compiled = new Map<string, (resource: object) => TypedValue[]>();
+const compiled = new Map<string, (resource: object) => unknown[]>();
 
 /** Top-level `|` branches of a FHIRPath expression. */
 function branches(expression: string): string[] {
@@ -427,26 +442,36 @@ export function expressionFor(definition: SearchParameterDefinition, resourceTyp
 }
 
 function valuesOf(resource: object, resourceType: string, definition: SearchParameterDefinition): TypedValue[] {
+  return nodesOf(resource, resourceType, definition).map(typedValue).filter((value) => value.data !== undefined && value.data !== null);
+}
+
+/** The fhirpath nodes a parameter's expression selects (each knows its FHIR type and its path in the model). */
+function nodesOf(resource: object, resourceType: string, definition: SearchParameterDefinition): unknown[] {
   const key = `${resourceType}.${definition.code}`;
   let evaluate = compiled.get(key);
   if (!evaluate) {
-    const expression = expressionFor(definition, resourceType);
-    const run = fhirpath.compile(expression, r4, { resolveInternalTypes: false });
-    evaluate = (target) =>
-      (run(target) as unknown[])
-        .map((node): TypedValue => {
-          if (node !== null && typeof node === 'object' && 'data' in node) {
-            const typed = node as { data: unknown; fhirNodeDataType?: string | null; getTypeInfo?: () => { name: string } };
-            // Decimals come as fhirpath's own FP_Decimal, dates possibly as FP_DateTime: back to JSON values.
-            const data: unknown = fhirpath.resolveInternalTypes(typed.data);
-            return { type: typed.fhirNodeDataType ?? typed.getTypeInfo?.().name ?? typeof data, data };
-          }
-          return { type: typeof node === 'boolean' ? 'boolean' : typeof node === 'number' ? 'decimal' : 'string', data: node };
-        })
-        .filter((value) => value.data !== undefined && value.data !== null);
+    const run = fhirpath.compile(expressionFor(definition, resourceType), r4, { resolveInternalTypes: false });
+    evaluate = (target) => run(target) as unknown[];
     compiled.set(key, evaluate);
   }
   return evaluate(resource);
+}
+
+function typedValue(node: unknown): TypedValue {
+  if (node !== null && typeof node === 'object' && 'data' in node) {
+    const typed = node as { data: unknown; fhirNodeDataType?: string | null; getTypeInfo?: () => { name: string } };
+    // Decimals come as fhirpath's own FP_Decimal, dates possibly as FP_DateTime: back to JSON values.
+    const data: unknown = fhirpath.resolveInternalTypes(typed.data);
+    return { type: typed.fhirNodeDataType ?? typed.getTypeInfo?.().name ?? typeof data, data };
+  }
+  return { type: typeof node === 'boolean' ? 'boolean' : typeof node === 'number' ? 'decimal' : 'string', data: node };
+}
+
+/** A composite component's values, read from one of the composite's nodes (an Observation.component) by the component's expression. */
+function componentValues(node: unknown, expression: string): TypedValue[] {
+  const { data, path } = node as { data: unknown; path: string };
+  const nodes = fhirpath.evaluate(data, { base: path, expression }, undefined, r4, { resolveInternalTypes: false }) as unknown[];
+  return nodes.map(typedValue).filter((value) => value.data !== undefined && value.data !== null);
 }
 
 // --- matching --------------------------------------------------------------------
@@ -645,10 +670,25 @@ function valueMatches(value: TypedValue, search: Value, modifier: string | undef
       return quantityMatches(value, search);
     case 'date':
       return storedDateRanges(value).some((range) => dateMatches(range.low, range.high, search.prefix, search.low, search.high));
+    case 'composite':
+      return fail('a composite value is matched by criterionMatches');
   }
 }
 
 function criterionMatches(resource: object, resourceType: string, criterion: Criterion): boolean {
+  if (criterion.definition.type === 'composite') {
+    // Some node (one component) in which each component's value matches its part.
+    const expressions = (criterion.definition.component ?? []).map((component) => component.expression);
+    return nodesOf(resource, resourceType, criterion.definition).some((node) =>
+      criterion.values.some(
+        (value) =>
+          value.kind === 'composite' &&
+          value.parts.every((part, index) =>
+            componentValues(node, expressions[index]!).some((found) => valueMatches(found, part, undefined, value.components[index]!.target ?? [])),
+          ),
+      ),
+    );
+  }
   const values = valuesOf(resource, resourceType, criterion.definition);
   if (criterion.modifier === 'missing') return criterion.missing === (values.length === 0);
   const targets = criterion.definition.target ?? [];

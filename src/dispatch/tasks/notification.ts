@@ -2,9 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Db } from '../../db/database.ts';
 import { enqueueNotifications, takeWaitingNotifications, type BatchEvent } from '../../db/jobs.ts';
 import type { FhirResource } from '../../db/schema.ts';
-import type { CompiledCriteria } from '../../search/criteria.ts';
-import { isSupported, searchParametersOf } from '../../search/parameters.ts';
-import type { Include } from '../../search/query.ts';
+import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate, resetFailureCount } from '../../subscriptions/state.ts';
 import { attemptRecord, call, type AttemptRecord, describeFailure, loadTarget, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
@@ -184,19 +182,13 @@ async function notificationBodies(context: DispatchContext, target: Target, even
 const versionKey = (resourceType: string, id: string, versionId: number) => `${resourceType}/${id}/${versionId}`;
 
 async function withIncludes(context: DispatchContext, target: Target, resource: FhirResource): Promise<unknown> {
-  const { include, revinclude } = target.compiled;
+  const { include, revinclude } = resolveIncludes(target.compiled);
   if (include.length === 0 && revinclude.length === 0) return resource;
-  const related = await includedResources(context.db, [resource], include.map(toInclude), revinclude.map(toInclude));
+  const related = await includedResources(context.db, [resource], include, revinclude);
   const entry = (mode: 'match' | 'include') => (item: FhirResource) => ({
     fullUrl: `${context.baseUrl}/fhir/resources/${item.resourceType}/${item.id}`,
     resource: item,
     search: { mode },
   });
   return { resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: 1, entry: [entry('match')(resource), ...related.map(entry('include'))] };
-}
-
-function toInclude({ sourceType, parameter, targetType, iterate }: CompiledCriteria['include'][number]): Include {
-  const definition = searchParametersOf(sourceType).get(parameter);
-  if (!definition || !isSupported(definition)) throw new Error(`stored include ${sourceType}:${parameter} no longer resolves`);
-  return { sourceType, parameter: definition, iterate, ...(targetType === undefined ? {} : { targetType }) };
 }
