@@ -44,11 +44,12 @@ async function search(path: string) {
   expect(response.statusCode, response.body).toBe(200);
   const bundle = response.json();
   expect(bundle).toMatchObject({ resourceType: 'Bundle', type: 'searchset' });
-  return bundle as { total?: number; link: { relation: string; url: string }[]; entry: Entry[] };
+  return bundle as { total?: number; link: { relation: string; url: string }[]; entry?: Entry[] };
 }
 
-const keys = (entries: Entry[], mode: string) =>
-  entries.filter((entry) => entry.search.mode === mode).map((entry) => `${entry.resource.resourceType}/${entry.resource.id}`);
+/** An empty page has no entry array (FHIR JSON has no empty arrays). */
+const keys = (entries: Entry[] | undefined, mode: string) =>
+  (entries ?? []).filter((entry) => entry.search.mode === mode).map((entry) => `${entry.resource.resourceType}/${entry.resource.id}`);
 
 describe('REST search', () => {
   it('pages Appointment?status=booked&_include=Appointment:patient&_count=2 with the right includes on every page', async () => {
@@ -63,12 +64,12 @@ describe('REST search', () => {
       expect(matched.length).toBeLessThanOrEqual(2);
       // Each page includes exactly the patients of its own appointments.
       const expectedPatients = new Set(
-        bundle.entry
+        bundle.entry!
           .filter((entry) => entry.search.mode === 'match')
           .map((entry) => (entry.resource as unknown as { participant: { actor: { reference: string } }[] }).participant[0]!.actor.reference),
       );
       expect(new Set(keys(bundle.entry, 'include'))).toEqual(expectedPatients);
-      for (const entry of bundle.entry) expect(entry.fullUrl).toBe(`${serviceBase}/${entry.resource.resourceType}/${entry.resource.id}`);
+      for (const entry of bundle.entry!) expect(entry.fullUrl).toBe(`${serviceBase}/${entry.resource.resourceType}/${entry.resource.id}`);
       const next = bundle.link.find((link) => link.relation === 'next')?.url;
       expect(bundle.link.find((link) => link.relation === 'self')?.url).toContain('/Appointment?status=booked');
       url = next?.replace(serviceBase, '');
@@ -102,7 +103,7 @@ describe('REST search', () => {
   ])('%s', async (path, expected) => {
     const bundle = await search(path);
     const resolved = expected.map((key) => key.replace(/\{(\w+)\}/, (_match, name: string) => ids[name]!));
-    expect(bundle.entry.map((entry) => `${entry.resource.resourceType}/${entry.resource.id}`)).toEqual(resolved);
+    expect(bundle.entry!.map((entry) => `${entry.resource.resourceType}/${entry.resource.id}`)).toEqual(resolved);
   });
 
   it('answers _total=accurate, and a cheap total on a single page', async () => {
@@ -135,6 +136,10 @@ describe('REST search', () => {
     ['/Patient?name:fuzzy=x', /Unknown modifier ':fuzzy' on string parameter 'name'/],
     ['/Appointment?date=yesterday', /'yesterday' is not a date for 'date'/],
     ['/Patient?_count=0', /_count must be an integer from 1 to 1000/],
+    ['/Patient?_summary=true', /_summary supports count and false/],
+    ['/Patient?_elements=nonsense', /Patient has no element 'nonsense'/],
+    ['/Patient?_revinclude=*', /_revinclude=\* would read every resource type/],
+    ['/Patient?_include=Patient:*:Practitioner', /a wildcard takes no target type/],
     ['/Patient?_sort=name', /_sort supports/],
     ['/Patient?_page_token=garbage', /Invalid _page_token/],
     ['/Patient?_include=Patient:name', /'name' is not a reference parameter/],
@@ -156,6 +161,33 @@ describe('REST search', () => {
     expect(outcome.issue).toEqual([
       { severity: 'warning', code: 'not-supported', details: { text: "nonsense: Unknown search parameter 'nonsense' for Patient" } },
     ]);
+  });
+
+  it('_summary=count answers the total alone', async () => {
+    const bundle = await search('/Appointment?status=booked&_summary=count');
+    expect(bundle.total).toBe(4);
+    expect(bundle.entry).toBeUndefined();
+  });
+
+  it('_elements keeps the elements asked for in each match, tagged SUBSETTED; included resources stay whole', async () => {
+    const bundle = await search(`/Appointment?_id=${ids.appointment0}&_elements=status,start&_include=Appointment:patient`);
+    const [match, included] = bundle.entry!;
+    expect(Object.keys(match!.resource).sort()).toEqual(['id', 'meta', 'resourceType', 'start', 'status']);
+    expect((match!.resource as unknown as { meta: { tag: unknown[] } }).meta.tag).toContainEqual({
+      system: 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue',
+      code: 'SUBSETTED',
+    });
+    expect(included!.resource).toMatchObject({ resourceType: 'Patient', id: 'anna', name: [{ family: 'Müller' }] });
+  });
+
+  it.each(['_include=*', '_include=Appointment:*', '_include:iterate=Appointment:*'])('%s includes every resource the matches refer to', async (include) => {
+    const bundle = await search(`/Appointment?_id=${ids.appointment0}&${include}`);
+    expect(keys(bundle.entry, 'include').sort()).toEqual(['Patient/anna', 'Practitioner/dr-x']);
+  });
+
+  it('_revinclude=Encounter:* finds the encounters that refer to the matches by any parameter', async () => {
+    const bundle = await search('/Patient?_id=anna&_revinclude=Encounter:*');
+    expect(keys(bundle.entry, 'include')).toEqual(['Encounter/enc-1']);
   });
 
   it('never matches deleted resources', async () => {
@@ -206,6 +238,8 @@ describe('criteria compiled for subscriptions', () => {
 
   it.each([
     ['Appointment?_count=5', /_count has no meaning in subscription criteria/],
+    ['Appointment?_summary=count', /_summary has no meaning in subscription criteria/],
+    ['Appointment?_elements=status', /_elements has no meaning in subscription criteria/],
     ['Nothing?status=booked', /'Nothing' is not an R4 resource type/],
     ['Appointment?bogus=1', /Unknown search parameter 'bogus'/],
   ])('refuses %s', (criteria, message) => {

@@ -26,7 +26,7 @@ const parametersKeptForDeletions = new Set(['active', 'status']);
 
 export function compileCriteria(criteria: string): CompiledCriteria {
   const query = parseCriteriaString(criteria);
-  const resultParameter = (['count', 'sort', 'total', 'pageToken'] as const).find((name) => query[name] !== undefined);
+  const resultParameter = (['count', 'sort', 'total', 'pageToken', 'summary', 'elements'] as const).find((name) => query[name] !== undefined);
   if (resultParameter !== undefined) {
     throw badRequest(`_${resultParameter === 'pageToken' ? 'page_token' : resultParameter} has no meaning in subscription criteria`);
   }

@@ -1,4 +1,4 @@
-import { isResourceType } from '../fhir/definitions.ts';
+import { elementTypes, isResourceType } from '../fhir/definitions.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { isSupported, searchParametersOf, type SearchParameter, type SimpleParameter } from './parameters.ts';
 import { parseComposite, parseValue, splitUnescaped, type SearchValue } from './values.ts';
@@ -38,6 +38,10 @@ export type SearchQuery = {
   sort?: SortOrder;
   total?: 'none' | 'estimate' | 'accurate';
   pageToken?: string;
+  /** `_summary=count`: the total only, no resources. */
+  summary?: 'count';
+  /** `_elements`: the top-level elements kept in each match (with id and meta). */
+  elements?: string[];
 };
 
 export const maxCount = 1000;
@@ -54,7 +58,7 @@ const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
 };
 
 /** Parameters that shape the result rather than filter it. */
-const resultParameters = new Set(['_count', '_sort', '_total', '_include', '_revinclude', '_page_token', '_format']);
+const resultParameters = new Set(['_count', '_sort', '_total', '_include', '_revinclude', '_page_token', '_format', '_summary', '_elements']);
 
 /** Splits `Type?query` and parses the query for that type. */
 export function parseCriteriaString(criteria: string): SearchQuery {
@@ -167,17 +171,48 @@ function applyResultParameter(search: SearchQuery, name: string, modifier: strin
     case '_format':
       if (!/json/.test(value)) throw new FhirError(400, 'not-supported', `Only JSON is supported, not _format=${value}`);
       return;
+    case '_summary':
+      if (value === 'count') search.summary = 'count';
+      else if (value !== 'false') throw new FhirError(400, 'not-supported', `_summary supports count and false, not '${value}'`);
+      return;
+    case '_elements':
+      search.elements = parseElements(search.resourceType, value);
+      return;
     case '_include':
     case '_revinclude':
-      (name === '_include' ? search.include : search.revinclude).push(parseInclude(name, value, modifier === 'iterate'));
+      (name === '_include' ? search.include : search.revinclude).push(...parseInclude(search.resourceType, name, value, modifier === 'iterate'));
       return;
   }
 }
 
-function parseInclude(name: string, value: string, iterate: boolean): Include {
+/** `_elements=status,participant`: top-level elements of the type (a choice element by its name, `value` for valueQuantity). */
+function parseElements(resourceType: string, value: string): string[] {
+  const names = value.split(',').map((name) => name.trim());
+  for (const name of names) {
+    if (!elementTypes.has(`${resourceType}.${name}`)) throw badRequest(`_elements: ${resourceType} has no element '${name}'`);
+  }
+  return names;
+}
+
+/**
+ * `Type:parameter[:TargetType]`, or `Type:*` for every reference parameter of
+ * the type; a bare `*` in _include is the searched type's `*`.
+ */
+function parseInclude(searchedType: string, name: string, value: string, iterate: boolean): Include[] {
+  if (value === '*') {
+    if (name === '_revinclude') throw badRequest('_revinclude=* would read every resource type: name one, as _revinclude=Type:*');
+    return parseInclude(searchedType, name, `${searchedType}:*`, iterate);
+  }
   const [sourceType, code, targetType, ...extra] = value.split(':');
-  if (!sourceType || !code || extra.length > 0) throw badRequest(`${name} must be Type:parameter or Type:parameter:TargetType, not '${value}'`);
+  if (!sourceType || !code || extra.length > 0) throw badRequest(`${name} must be Type:parameter, Type:parameter:TargetType or Type:*, not '${value}'`);
   if (!isResourceType(sourceType)) throw badRequest(`${name}=${value}: '${sourceType}' is not an R4 resource type`);
+  if (code === '*') {
+    if (targetType !== undefined) throw badRequest(`${name}=${value}: a wildcard takes no target type`);
+    return [...searchParametersOf(sourceType).values()]
+      .filter((parameter): parameter is SimpleParameter => isSupported(parameter) && parameter.type === 'reference')
+      .filter((parameter) => name === '_include' || parameter.targets.length === 0 || parameter.targets.includes(searchedType))
+      .map((parameter) => ({ sourceType, parameter, iterate }));
+  }
   const parameter = searchParametersOf(sourceType).get(code);
   if (!parameter) throw badRequest(`${name}=${value}: ${sourceType} has no search parameter '${code}'`);
   if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${code} is not supported: ${parameter.unsupported}`);
@@ -185,5 +220,5 @@ function parseInclude(name: string, value: string, iterate: boolean): Include {
   if (targetType !== undefined && (!isResourceType(targetType) || (parameter.targets.length > 0 && !parameter.targets.includes(targetType)))) {
     throw badRequest(`${name}=${value}: '${code}' cannot refer to ${targetType}`);
   }
-  return { sourceType, parameter, iterate, ...(targetType === undefined ? {} : { targetType }) };
+  return [{ sourceType, parameter, iterate, ...(targetType === undefined ? {} : { targetType }) }];
 }

@@ -31,6 +31,7 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
   const sort: SortOrder = query.sort ?? { by: '_lastUpdated', descending: false };
   const count = query.count ?? defaultCount;
   const predicate = compileFilters(query.filters);
+  if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, query.resourceType, predicate) };
   const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
 
   const rows = await sql<{ content: FhirResource }>`
@@ -47,16 +48,13 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
 
   let total: number | undefined;
   if (query.total === 'accurate' || query.total === 'estimate') {
-    const counted = await sql<{ total: number }>`
-      SELECT count(*)::int AS total FROM fhir.resources
-      WHERE resource_type = ${query.resourceType} AND ${matches(predicate)}`.execute(db);
-    total = counted.rows[0]?.total ?? 0;
+    total = await countMatches(db, query.resourceType, predicate);
   } else if (cursor === undefined && !hasNext && query.total !== 'none') {
     total = matchesOnPage.length;
   }
 
   return {
-    matches: matchesOnPage,
+    matches: query.elements === undefined ? matchesOnPage : matchesOnPage.map((resource) => subsetted(resource, query.elements!)),
     included: await includedResources(db, matchesOnPage, query.include, query.revinclude),
     ...(total === undefined ? {} : { total }),
     ...(hasNext ? { nextPageToken: encodeCursor({ sort: sortKey(sort), lastUpdated: lastUpdatedOf(last), id: last.id! }) } : {}),
@@ -129,6 +127,29 @@ async function findReferrers(db: Db, targets: readonly FhirResource[], spec: Inc
     ORDER BY last_updated, id
     LIMIT ${revincludeLimit}`.execute(db);
   return result.rows.map((row) => row.content);
+}
+
+async function countMatches(db: Db, resourceType: string, predicate: string | null): Promise<number> {
+  const counted = await sql<{ total: number }>`
+    SELECT count(*)::int AS total FROM fhir.resources
+    WHERE resource_type = ${resourceType} AND ${matches(predicate)}`.execute(db);
+  return counted.rows[0]?.total ?? 0;
+}
+
+/**
+ * A match cut to the `_elements` asked for (a choice element by its name:
+ * `value` keeps valueQuantity), with id and meta, tagged SUBSETTED as FHIR
+ * requires of a resource that is not whole.
+ */
+function subsetted(resource: FhirResource, elements: readonly string[]): FhirResource {
+  const kept = Object.entries(resource).filter(
+    ([key]) => key === 'resourceType' || key === 'id' || key === 'meta' || elements.some((name) => key === name || new RegExp(`^${name}[A-Z]`).test(key)),
+  );
+  const meta = (resource.meta ?? {}) as { tag?: unknown[] };
+  return {
+    ...(Object.fromEntries(kept) as FhirResource),
+    meta: { ...meta, tag: [...(meta.tag ?? []), { system: 'http://terminology.hl7.org/CodeSystem/v3-ObservationValue', code: 'SUBSETTED' }] },
+  };
 }
 
 function matches(predicate: string | null): RawBuilder<unknown> {

@@ -52,6 +52,14 @@ function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string,
     resource,
     search: { mode },
   });
+  const entries = [
+    ...page.matches.map(entry('match')),
+    ...page.included.map(entry('include')),
+    // Under Prefer: handling=lenient, what was left out of the search, as FHIR's search.mode "outcome".
+    ...(ignored.length === 0
+      ? []
+      : [{ resource: { resourceType: 'OperationOutcome', issue: ignored.map((text) => ({ severity: 'warning', code: 'not-supported', details: { text } })) }, search: { mode: 'outcome' } }]),
+  ];
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -63,13 +71,7 @@ function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string,
         ? []
         : [{ relation: 'next', url: url([...withoutToken, `_page_token=${encodeURIComponent(page.nextPageToken)}`]) }]),
     ],
-    entry: [
-      ...page.matches.map(entry('match')),
-      ...page.included.map(entry('include')),
-      // Under Prefer: handling=lenient, what was left out of the search, as FHIR's search.mode "outcome".
-      ...(ignored.length === 0
-        ? []
-        : [{ resource: { resourceType: 'OperationOutcome', issue: ignored.map((text) => ({ severity: 'warning', code: 'not-supported', details: { text } })) }, search: { mode: 'outcome' } }]),
-    ],
+    // FHIR JSON has no empty arrays: a page without resources (_summary=count) has no entry.
+    ...(entries.length === 0 ? {} : { entry: entries }),
   };
 }
