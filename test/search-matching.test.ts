@@ -218,6 +218,81 @@ describe('composite parameters', () => {
   });
 });
 
+describe('chained parameters and _has', () => {
+  beforeAll(async () => {
+    await store({ resourceType: 'Patient', id: 'smith', active: true, name: [{ family: 'Smith' }], identifier: [{ system: 'http://x', value: '123' }] });
+    await store({ resourceType: 'Patient', id: 'jones', active: false, name: [{ family: 'Jones' }] });
+    await store({ resourceType: 'Observation', id: 'smith-code', status: 'final', code: { coding: [{ system: 'http://loinc.org', code: '1234-5' }] }, subject: { reference: 'Patient/smith' } });
+  });
+  cases({ resourceType: 'Appointment', id: 'smith-visit', status: 'booked', participant: [{ actor: { reference: 'Patient/smith' }, status: 'accepted' }] }, [
+    ['patient.identifier=http://x|123', true],
+    ['patient.identifier=http://x|999', false],
+    ['patient.name=jones', false],
+    ['patient.name=jones,smi', true],
+    ['actor:Patient.active=true', true],
+    ['actor:Patient.active=true&patient.name=jones', false],
+    ['patient.name:exact=Smith', true],
+  ]);
+  cases({ resourceType: 'Encounter', id: 'jones-stay', status: 'finished', class: { code: 'IMP' }, subject: { reference: 'Patient/jones' } }, [
+    ['subject:Patient.active=false', true],
+    ['subject:Patient.active=true', false],
+    // subject may name a Patient or a Group: both define name.
+    ['subject.name=jon', true],
+  ]);
+  cases({ resourceType: 'Patient', id: 'smith-again', active: true, link: [{ other: { reference: 'Patient/smith' }, type: 'seealso' }] }, [
+    ['link.identifier=http://x|123', true],
+    ['_has:Observation:patient:code=1234-5', false],
+  ]);
+  describe('reverse chaining', () => {
+    it.each([
+      ['smith', '_has:Observation:patient:code=1234-5', true],
+      ['jones', '_has:Observation:patient:code=1234-5', false],
+      ['smith', '_has:Observation:patient:code=9999-9', false],
+      ['smith', '_has:Observation:subject:status=final', true],
+    ] as const)('Patient/%s?%s matches: %s', async (id, query, expected) => {
+      await expectMatch({ resourceType: 'Patient', id }, query, expected);
+    });
+  });
+
+  it('in criteria, sees the referenced resource as the writing transaction left it', async () => {
+    await store({ resourceType: 'Patient', id: 'renamed', name: [{ family: 'Before' }] });
+    await store({ resourceType: 'Appointment', id: 'renamed-visit', status: 'booked', participant: [{ actor: { reference: 'Patient/renamed' }, status: 'accepted' }] });
+    const { id } = await subscribe(t, 'Appointment?patient.name=after', 'http://127.0.0.1:9/hook');
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
+    const client = await t.database.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{name}', '[{"family": "After"}]') WHERE resource_type = 'Patient' AND id = 'renamed'`);
+      await client.query(`UPDATE fhir.resources SET content = content WHERE resource_type = 'Appointment' AND id = 'renamed-visit'`);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const { rows } = await t.database.pool.query<{ events: { resourceId: string }[] }>(
+      `SELECT job.payload -> 'events' AS events
+       FROM graphile_worker._private_jobs job JOIN graphile_worker._private_tasks task ON task.id = job.task_id
+       WHERE task.identifier = 'notification_delivery' AND job.payload ->> 'subscriptionId' = $1`,
+      [id],
+    );
+    expect(rows.flatMap((row) => row.events.map((event) => event.resourceId))).toEqual(['renamed-visit']);
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
+  });
+
+  it.each([
+    ['/Appointment?patient.link.identifier=x', /chains more than one level/],
+    ['/Observation?focus.name=x', /'focus' may refer to any type: name one, as focus:Type.name/],
+    ['/Appointment?patient.nonsense=x', /Unknown search parameter 'nonsense' for Patient/],
+    ['/Appointment?status.name=x', /'status' is not a reference parameter/],
+    ['/Patient?_has:Observation:patient:_has:Encounter:subject:status=x', /nests _has/],
+    ['/Patient?_has:Observation:code:status=x', /'code' is not a reference parameter/],
+    ['/Patient?_has:Appointment:practitioner:status=booked', /Appointment.practitioner cannot refer to Patient/],
+  ])('refuses %s, saying why', async (path, message) => {
+    const response = await t.fhir('GET', path);
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0].details.text).toMatch(message);
+  });
+});
+
 describe('_include of an array-valued reference', () => {
   it('Patient?_include=Patient:general-practitioner includes each referenced Practitioner', async () => {
     await store({ resourceType: 'Practitioner', id: 'gp1', active: true });

@@ -43,6 +43,8 @@ export interface SubscriptionsTable {
   compiled_criteria: ColumnType<unknown, string, string>;
   match: string | null;
   match_deleted: string | null;
+  /** RelatedCondition[] (src/search/jsonpath.ts) as JSON text, or null. */
+  related_match: ColumnType<unknown, string | null, string | null>;
   endpoint: string;
   payload: string | null;
   headers_encrypted: Buffer;

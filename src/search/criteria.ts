@@ -1,5 +1,5 @@
 import { badRequest } from '../fhir/outcome.ts';
-import { compileFilters } from './jsonpath.ts';
+import { compileFilters, compileRelated, type RelatedCondition } from './jsonpath.ts';
 import { isSupported, searchParametersOf } from './parameters.ts';
 import { parseCriteriaString, type Filter, type Include } from './query.ts';
 
@@ -18,6 +18,8 @@ export type CompiledCriteria = {
   resourceType: string;
   match: string | null;
   matchDeleted: string | null;
+  /** Conditions on related resources (chains, _has), for fhir.related_resources_match; null when none. */
+  relatedMatch: RelatedCondition[] | null;
   include: StoredInclude[];
   revinclude: StoredInclude[];
 };
@@ -39,6 +41,7 @@ export function compileCriteria(criteria: string): CompiledCriteria {
     resourceType: query.resourceType,
     match: compileFilters(query.filters),
     matchDeleted: compileFilters(query.filters.filter(keptForDeletions)),
+    relatedMatch: query.related.length === 0 ? null : compileRelated(query.related),
     include: query.include.map(storeInclude),
     revinclude: query.revinclude.map(storeInclude),
   };

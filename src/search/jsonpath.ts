@@ -1,6 +1,6 @@
 import type { ElementPath, PathStep } from './element-paths.ts';
 import type { CompositeParameter, SimpleParameter } from './parameters.ts';
-import type { Filter } from './query.ts';
+import type { Filter, RelatedFilter } from './query.ts';
 import type { Prefix, SearchValue } from './values.ts';
 import { formatMicros } from './values.ts';
 
@@ -27,6 +27,46 @@ function compileFilter(filter: Filter): string {
   }
   const found = valuesFound('$', parameter, modifier, values);
   return modifier === 'not' ? `!${found}` : found;
+}
+
+/**
+ * What a criteria requires of related resources, as fhir.related_resources_match
+ * (db/migrations/0009_chained_criteria.sql) reads it: each condition's
+ * jsonpaths as text.
+ */
+export type RelatedCondition =
+  | { chain: { references: string[]; targets: { type: string; match: string | null }[] } }
+  | { has: { sourceType: string; referencing: string; match: string | null } };
+
+export function compileRelated(related: readonly RelatedFilter[]): RelatedCondition[] {
+  return related.map((condition): RelatedCondition => {
+    const referencePaths = literalReferencePaths(condition.reference);
+    if (condition.kind === 'chain') {
+      return {
+        chain: {
+          references: referenceStrings(condition.reference),
+          targets: condition.targets.map(({ type, filter }) => ({ type, match: compileFilters([filter]) })),
+        },
+      };
+    }
+    return {
+      has: {
+        sourceType: condition.sourceType,
+        referencing: anyOf(referencePaths.map((path) => `exists(${accessor(path)} ? (@."reference" == $reference))`)),
+        match: compileFilters([condition.filter]),
+      },
+    };
+  });
+}
+
+/** The paths of a reference parameter that hold a Reference: only a Reference names its target by Type/id (a canonical names a url). */
+function literalReferencePaths(parameter: SimpleParameter): ElementPath[] {
+  return parameter.paths.filter((path) => path.at(-1)?.types?.includes('Reference') ?? true);
+}
+
+/** jsonpaths selecting the reference strings ("Patient/1") of a reference parameter, one per path. */
+export function referenceStrings(parameter: SimpleParameter): string[] {
+  return literalReferencePaths(parameter).map((path) => `${accessor(path)}."reference"`);
 }
 
 /** Whether some value at the parameter's paths, from `root` ('$' or a composite's '@'), matches one of `values`. */
@@ -549,13 +589,25 @@ function key(name: string): string {
   return JSON.stringify(name);
 }
 
+/**
+ * `(a || b || …)`, nested in halves past a few terms: PostgreSQL evaluates a
+ * flat chain recursively, one level per term, and a thousand references
+ * would exhaust its stack.
+ */
 function anyOf(conditions: string[]): string {
-  return conditions.length === 1 ? conditions[0]! : `(${conditions.join(' || ')})`;
+  return joined(conditions, ' || ');
 }
 
 function allOf(conditions: string[]): string {
   if (conditions.length === 0) return always;
-  return conditions.length === 1 ? conditions[0]! : `(${conditions.join(' && ')})`;
+  return joined(conditions, ' && ');
+}
+
+function joined(conditions: string[], operator: string): string {
+  if (conditions.length === 1) return conditions[0]!;
+  if (conditions.length <= 8) return `(${conditions.join(operator)})`;
+  const half = Math.ceil(conditions.length / 2);
+  return `(${joined(conditions.slice(0, half), operator)}${operator}${joined(conditions.slice(half), operator)})`;
 }
 
 /** Resources whose `paths` hold a Reference to one of `references` (`Type/id`): the _revinclude lookup, by equality so GIN serves it. */

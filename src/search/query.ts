@@ -18,6 +18,17 @@ export type Filter = {
   values: SearchValue[];
 };
 
+/**
+ * A condition on related resources, evaluated against their current versions:
+ * `chain` (`subject:Patient.name=smith`): a reference at `reference` leads to
+ * a resource of one of the targets' types that matches that target's filter;
+ * `has` (`_has:Observation:patient:code=x`): a resource of `sourceType`
+ * refers to this one through `reference` and matches `filter`.
+ */
+export type RelatedFilter =
+  | { kind: 'chain'; reference: SimpleParameter; targets: { type: string; filter: Filter }[] }
+  | { kind: 'has'; sourceType: string; reference: SimpleParameter; filter: Filter };
+
 export type Include = {
   sourceType: string;
   parameter: SimpleParameter;
@@ -32,6 +43,8 @@ export type SearchQuery = {
   /** Parameters left out under `Prefer: handling=lenient`, with why. */
   ignored: string[];
   filters: Filter[];
+  /** Chained parameters and _has, ANDed with the filters. */
+  related: RelatedFilter[];
   include: Include[];
   revinclude: Include[];
   count?: number;
@@ -76,7 +89,7 @@ export function parseCriteriaString(criteria: string): SearchQuery {
  */
 export function parseSearchQuery(resourceType: string, rawQuery: string, { lenient = false } = {}): SearchQuery {
   if (!isResourceType(resourceType)) throw badRequest(`'${resourceType}' is not an R4 resource type`);
-  const search: SearchQuery = { resourceType, ignored: [], filters: [], include: [], revinclude: [] };
+  const search: SearchQuery = { resourceType, ignored: [], filters: [], related: [], include: [], revinclude: [] };
   for (const [key, value] of splitQuery(rawQuery)) {
     const colon = key.indexOf(':');
     const name = colon === -1 ? key : key.slice(0, colon);
@@ -86,7 +99,9 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
       continue;
     }
     try {
-      search.filters.push(parseFilter(resourceType, name, modifier, value));
+      if (name === '_has') search.related.push(parseHas(resourceType, key, value));
+      else if (key.includes('.')) search.related.push(parseChain(resourceType, key, value));
+      else search.filters.push(parseFilter(resourceType, name, modifier, value));
     } catch (error) {
       if (!lenient || !(error instanceof FhirError)) throw error;
       search.ignored.push(`${key}: ${error.message}`);
@@ -130,6 +145,58 @@ function parseFilter(resourceType: string, name: string, modifierText: string | 
     parameter.type === 'composite' ? parseComposite(parameter, text) : parseValue(parameter, modifier, text),
   );
   return { parameter, ...(modifier === undefined ? {} : { modifier }), values };
+}
+
+/**
+ * `reference[:Type].parameter[:modifier]=value`: one level of chaining. The
+ * targets are the type named, or the reference parameter's target types that
+ * define the chained parameter.
+ */
+/** A reference parameter that may point to more types than this (Observation.focus: any) must name the type to chain through. */
+const maxChainTargets = 8;
+
+function parseChain(resourceType: string, key: string, value: string): RelatedFilter {
+  const dot = key.indexOf('.');
+  const [name, targetType, ...extra] = key.slice(0, dot).split(':') as [string, ...string[]];
+  const chained = key.slice(dot + 1);
+  if (chained.includes('.')) throw new FhirError(400, 'not-supported', `'${key}' chains more than one level; one is supported`);
+  const reference = referenceParameter(resourceType, name, key);
+  if (extra.length > 0) throw badRequest(`'${key}' is not a chained parameter (reference[:Type].parameter)`);
+  if (targetType !== undefined) parseModifier(reference, targetType);
+  const types = targetType !== undefined ? [targetType] : reference.targets;
+  if (types.length === 0 || types.length > maxChainTargets) throw badRequest(`'${name}' may refer to any type: name one, as ${name}:Type.${chained}`);
+  const colon = chained.indexOf(':');
+  const [innerName, innerModifier] = colon === -1 ? [chained, undefined] : [chained.slice(0, colon), chained.slice(colon + 1)];
+  const definedFor = types.filter((type) => {
+    const parameter = searchParametersOf(type).get(innerName);
+    return parameter !== undefined && isSupported(parameter);
+  });
+  // None defines it (or supports it): parsing for the first says which.
+  if (definedFor.length === 0) parseFilter(types[0]!, innerName, innerModifier, value);
+  return { kind: 'chain', reference, targets: definedFor.map((type) => ({ type, filter: parseFilter(type, innerName, innerModifier, value) })) };
+}
+
+/** `_has:SourceType:reference:parameter[:modifier]=value`: reverse chaining, one level. */
+function parseHas(resourceType: string, key: string, value: string): RelatedFilter {
+  const [, sourceType, referenceName, innerName, innerModifier, ...extra] = key.split(':');
+  if (innerName === '_has') throw new FhirError(400, 'not-supported', `'${key}' nests _has; one level is supported`);
+  if (!sourceType || !referenceName || !innerName || extra.length > 0) {
+    throw badRequest(`'${key}' must be _has:Type:reference:parameter[:modifier]`);
+  }
+  if (!isResourceType(sourceType)) throw badRequest(`'${key}': '${sourceType}' is not an R4 resource type`);
+  const reference = referenceParameter(sourceType, referenceName, key);
+  if (reference.targets.length > 0 && !reference.targets.includes(resourceType)) {
+    throw badRequest(`'${key}': ${sourceType}.${referenceName} cannot refer to ${resourceType}`);
+  }
+  return { kind: 'has', sourceType, reference, filter: parseFilter(sourceType, innerName, innerModifier, value) };
+}
+
+function referenceParameter(resourceType: string, name: string, key: string): SimpleParameter {
+  const parameter = searchParametersOf(resourceType).get(name);
+  if (!parameter) throw badRequest(`Unknown search parameter '${name}' for ${resourceType} in '${key}'`);
+  if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${name} is not supported: ${parameter.unsupported}`);
+  if (parameter.type !== 'reference') throw badRequest(`'${key}': '${name}' is not a reference parameter`);
+  return parameter;
 }
 
 function parseModifier(parameter: SearchParameter, text: string | undefined): Modifier | undefined {

@@ -2,14 +2,20 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { badRequest } from '../fhir/outcome.ts';
-import { accessor, compileFilters, referencesAnyOf } from './jsonpath.ts';
-import type { Include, SearchQuery, SortOrder } from './query.ts';
+import { accessor, compileFilters, compileRelated, referencesAnyOf, referenceStrings } from './jsonpath.ts';
+import type { Include, RelatedFilter, SearchQuery, SortOrder } from './query.ts';
 
 /** How many resources one _revinclude may add to a page. */
 export const revincludeLimit = 1000;
 const defaultCount = 20;
 /** Rounds of `:iterate` includes before stopping (FHIR lets servers bound this). */
 const iterateRounds = 3;
+/**
+ * A chain or _has that leads to at most this many related resources is
+ * searched through them (GIN and primary key); past it, row by row with
+ * fhir.related_resources_match, as subscription criteria are.
+ */
+const relatedLookupLimit = 1000;
 
 export type SearchPage = {
   matches: FhirResource[];
@@ -31,13 +37,14 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
   const sort: SortOrder = query.sort ?? { by: '_lastUpdated', descending: false };
   const count = query.count ?? defaultCount;
   const predicate = compileFilters(query.filters);
-  if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, query.resourceType, predicate) };
+  const related = await relatedConditions(db, query.resourceType, query.related);
+  const where = sql.join([sql`resource_type = ${query.resourceType}`, matches(predicate), ...related], sql` AND `);
+  if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, where) };
   const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
 
   const rows = await sql<{ content: FhirResource }>`
     SELECT content FROM fhir.resources
-    WHERE resource_type = ${query.resourceType}
-      AND ${matches(predicate)}
+    WHERE ${where}
       AND ${after(cursor, sort)}
     ORDER BY ${orderBy(sort)}
     LIMIT ${count + 1}`.execute(db);
@@ -48,7 +55,7 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
 
   let total: number | undefined;
   if (query.total === 'accurate' || query.total === 'estimate') {
-    total = await countMatches(db, query.resourceType, predicate);
+    total = await countMatches(db, where);
   } else if (cursor === undefined && !hasNext && query.total !== 'none') {
     total = matchesOnPage.length;
   }
@@ -129,11 +136,55 @@ async function findReferrers(db: Db, targets: readonly FhirResource[], spec: Inc
   return result.rows.map((row) => row.content);
 }
 
-async function countMatches(db: Db, resourceType: string, predicate: string | null): Promise<number> {
-  const counted = await sql<{ total: number }>`
-    SELECT count(*)::int AS total FROM fhir.resources
-    WHERE resource_type = ${resourceType} AND ${matches(predicate)}`.execute(db);
+async function countMatches(db: Db, where: RawBuilder<unknown>): Promise<number> {
+  const counted = await sql<{ total: number }>`SELECT count(*)::int AS total FROM fhir.resources WHERE ${where}`.execute(db);
   return counted.rows[0]?.total ?? 0;
+}
+
+/**
+ * Chains and _has as SQL conditions on the searched rows: through the
+ * related resources when there are few (a chain becomes a reference filter,
+ * _has a list of ids), otherwise row by row.
+ */
+async function relatedConditions(db: Db, resourceType: string, related: readonly RelatedFilter[]): Promise<RawBuilder<unknown>[]> {
+  return Promise.all(
+    related.map(async (condition) => {
+      const found = condition.kind === 'chain' ? await chainTargets(db, condition) : await referringIds(db, resourceType, condition);
+      if (found.length > relatedLookupLimit) {
+        return sql`fhir.related_resources_match(resource_type, id, content, ${JSON.stringify(compileRelated([condition]))}::jsonb)`;
+      }
+      if (found.length === 0) return sql`false`;
+      return condition.kind === 'chain' ? sql`content @@ ${referencesAnyOf(condition.reference.paths, found)}::jsonpath` : sql`id = ANY(${found})`;
+    }),
+  );
+}
+
+/** `Type/id` of the resources a chain's targets match, up to one past the lookup limit. */
+async function chainTargets(db: Db, chain: Extract<RelatedFilter, { kind: 'chain' }>): Promise<string[]> {
+  const found: string[] = [];
+  for (const { type, filter } of chain.targets) {
+    const { rows } = await sql<{ reference: string }>`
+      SELECT resource_type || '/' || id AS reference FROM fhir.resources
+      WHERE resource_type = ${type} AND ${matches(compileFilters([filter]))}
+      LIMIT ${relatedLookupLimit + 1 - found.length}`.execute(db);
+    found.push(...rows.map((row) => row.reference));
+    if (found.length > relatedLookupLimit) break;
+  }
+  return found;
+}
+
+/** Ids of the `resourceType` resources that the resources matching a _has refer to, up to one past the lookup limit. */
+async function referringIds(db: Db, resourceType: string, has: Extract<RelatedFilter, { kind: 'has' }>): Promise<string[]> {
+  const prefix = `${resourceType}/`;
+  const { rows } = await sql<{ id: string }>`
+    SELECT DISTINCT substr(reference #>> '{}', ${prefix.length + 1}) AS id
+    FROM fhir.resources source
+    CROSS JOIN LATERAL unnest(${referenceStrings(has.reference)}::jsonpath[]) AS path
+    CROSS JOIN LATERAL jsonb_path_query(source.content, path) AS reference
+    WHERE source.resource_type = ${has.sourceType} AND ${matches(compileFilters([has.filter]), sql`source.content`)}
+      AND starts_with(reference #>> '{}', ${prefix})
+    LIMIT ${relatedLookupLimit + 1}`.execute(db);
+  return rows.map((row) => row.id);
 }
 
 /**
@@ -152,8 +203,8 @@ function subsetted(resource: FhirResource, elements: readonly string[]): FhirRes
   };
 }
 
-function matches(predicate: string | null): RawBuilder<unknown> {
-  return predicate === null ? sql`true` : sql`content @@ ${predicate}::jsonpath`;
+function matches(predicate: string | null, content: RawBuilder<unknown> = sql`content`): RawBuilder<unknown> {
+  return predicate === null ? sql`true` : sql`${content} @@ ${predicate}::jsonpath`;
 }
 
 function after(cursor: Cursor | undefined, sort: SortOrder): RawBuilder<unknown> {

@@ -107,6 +107,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       compiled_criteria: JSON.stringify(request.compiled),
       match: request.compiled.match,
       match_deleted: request.compiled.matchDeleted,
+      related_match: request.compiled.relatedMatch === null ? null : JSON.stringify(request.compiled.relatedMatch),
       endpoint: request.endpoint,
       payload: request.payload ?? null,
       headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
