@@ -117,8 +117,15 @@ describe('FHIR RESTful interactions', () => {
     expect(statement.rest[0].interaction).toEqual([{ code: 'transaction' }, { code: 'batch' }]);
     const byType = (type: string) => statement.rest[0].resource.find((resource: { type: string }) => resource.type === type);
     expect(byType('Appointment').interaction).toContainEqual({ code: 'search-type' });
-    expect(byType('Appointment').searchParam).toContainEqual({ name: 'status', type: 'token' });
-    expect(byType('Appointment').searchInclude).toContain('Appointment:patient');
+    expect(byType('Appointment').searchParam).toContainEqual({ name: 'status', type: 'token', documentation: ':missing, :not, :text' });
+    expect(byType('Appointment').searchParam).toContainEqual(expect.objectContaining({ name: 'actor', type: 'reference', documentation: expect.stringMatching(/chains one level/) }));
+    expect(byType('Observation').searchParam).toContainEqual({
+      name: 'component-code-value-quantity',
+      type: 'composite',
+      documentation: 'parts separated by $: component-code$component-value-quantity',
+    });
+    expect(byType('Appointment').searchInclude).toEqual(expect.arrayContaining(['Appointment:patient', 'Appointment:*', '*']));
+    expect(statement.rest[0].searchParam.map((parameter: { name: string }) => parameter.name)).toEqual(['_has', '_summary', '_elements']);
     expect(byType('Patient').searchRevInclude).toContain('Encounter:subject');
     expect(byType('Patient').searchParam.map((parameter: { name: string }) => parameter.name)).not.toContain('deceased');
     expect(byType('Subscription').interaction).toEqual([{ code: 'create' }, { code: 'read' }, { code: 'search-type' }]);

@@ -25,6 +25,11 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
         security: { description: 'Every request carries an API key in the x-api-key header.' },
         resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities : storedResourceCapabilities(type))),
         interaction: [{ code: 'transaction' }, { code: 'batch' }],
+        searchParam: [
+          { name: '_has', type: 'special', documentation: 'Reverse chaining, one level: _has:Type:reference:parameter=value (also in subscription criteria).' },
+          { name: '_summary', type: 'token', documentation: 'count only (REST search; not in subscription criteria).' },
+          { name: '_elements', type: 'token', documentation: 'Top-level elements of the matches (REST search; not in subscription criteria).' },
+        ],
       },
     ],
   };
@@ -67,12 +72,34 @@ function supportedParameters(type: string): SearchParameter[] {
   return [...searchParametersOf(type).values()].filter(isSupported);
 }
 
+/** What R4's CapabilityStatement cannot say in a field: modifiers, prefixes, chains, a composite's parts. */
+function documentation(parameter: SearchParameter): string | undefined {
+  switch (parameter.type) {
+    case 'reference':
+      return `:missing, :Type; chains one level (${parameter.code}.parameter, ${parameter.code}:Type.parameter)`;
+    case 'composite':
+      return `parts separated by $: ${parameter.roots[0]!.components.map((component) => component.code).join('$')}`;
+    case 'uri':
+      return ':missing, :above, :below';
+    case 'number':
+    case 'quantity':
+      return 'prefixes eq ne gt lt ge le sa eb ap; :missing';
+    case 'date':
+      return 'prefixes eq ne gt lt ge le sa eb, and ap in REST search; :missing';
+    case 'token':
+      return ':missing, :not, :text';
+    case 'string':
+      return ':missing, :exact, :contains';
+  }
+}
+
 /** What a search on `type` accepts: its supported parameters, and the includes that reach or leave it. */
 function searchCapabilities(type: string) {
   const parameters = supportedParameters(type);
+  const references = parameters.filter((parameter) => parameter.type === 'reference');
   return {
-    searchParam: parameters.map(({ code, type: parameterType }) => ({ name: code, type: parameterType })),
-    searchInclude: parameters.filter((parameter) => parameter.type === 'reference').map(({ code }) => `${type}:${code}`),
+    searchParam: parameters.map((parameter) => ({ name: parameter.code, type: parameter.type, documentation: documentation(parameter) })),
+    searchInclude: [...references.map(({ code }) => `${type}:${code}`), ...(references.length > 0 ? [`${type}:*`, '*'] : [])],
     searchRevInclude: [...resourceTypes].sort().flatMap((source) =>
       supportedParameters(source)
         .filter((parameter) => parameter.type === 'reference' && parameter.targets.includes(type))
