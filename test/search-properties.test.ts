@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { searchParameterDefinitions } from '../src/fhir/definitions.ts';
+import { compileCriteria } from '../src/search/criteria.ts';
 import { compileFilters } from '../src/search/jsonpath.ts';
 import { parseSearchQuery } from '../src/search/query.ts';
 import { searchResources } from '../src/search/search.ts';
@@ -465,12 +466,12 @@ function clause(parameter: Parameter): fc.Arbitrary<Clause> {
   throw new Error(`no generator for ${type} parameter ${name}`);
 }
 
-function query(parameters: Parameter[]): fc.Arbitrary<{ query: string; covers: string[] }> {
+function query(parameters: Parameter[], maxClauses = 3): fc.Arbitrary<{ query: string; covers: string[] }> {
   // Half the picks by parameter type first, so that a type with one parameter (Encounter's quantity) is not starved.
   const types = [...new Set(parameters.map((parameter) => parameter.type))];
   const parameter = fc.oneof(pick(parameters), pick(types).chain((type) => pick(parameters.filter((candidate) => candidate.type === type))));
   return fc
-    .array(parameter.chain(clause), { minLength: 1, maxLength: 3 })
+    .array(parameter.chain(clause), { minLength: 1, maxLength: maxClauses })
     .map((clauses) => {
       const names = clauses.map((part) => part.text.replace(/[:=].*$/, ''));
       const repeated = new Set(names).size < names.length ? ['repeated parameter'] : [];
@@ -782,4 +783,78 @@ describe('Greek folding (regressions)', () => {
     const patient: Resource = { resourceType: 'Patient', name: [{ family: 'Ἀλέξανδρος' }] };
     expect(await agreement('Patient', patient, `family=${encodeURIComponent('αλε')}`)).toEqual({ oracle: true, sql: true });
   });
+});
+
+/**
+ * The notification trigger finds the subscriptions with match terms through
+ * the terms a row holds (db/migrations/0010_subscription_match_terms.sql), and
+ * evaluates the others row by row. For generated resources and criteria, each
+ * subscription must be notified of exactly the resources the oracle selects,
+ * and a twin of it stored without its terms (so evaluated row by row) of the
+ * same ones.
+ */
+describe('the notification trigger, with and without match terms, notifies what the oracle selects', () => {
+  const triggerRuns: Record<string, number> = { Appointment: 60 * factor, Patient: 60 * factor, Observation: 60 * factor };
+
+  async function subscribe(criteria: string, indexed: boolean): Promise<string> {
+    const compiled = compileCriteria(`${criteria}`);
+    const stored = indexed ? compiled : { ...compiled, matchTerms: null };
+    const { rows } = await database.pool.query<{ id: string }>(
+      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, related_match, endpoint,
+         headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+       VALUES ('active', $1, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-')
+       RETURNING id`,
+      [indexed ? criteria : `${criteria} (evaluated row by row)`, compiled.resourceType, JSON.stringify(stored), compiled.match, compiled.matchDeleted, null],
+    );
+    return rows[0]!.id;
+  }
+
+  for (const [resourceType, numRuns] of Object.entries(triggerRuns)) {
+    it(`${resourceType}: ${numRuns} generated batches, each against several criteria`, { timeout: 300_000 * factor }, async () => {
+      const { supported } = parametersOf(resourceType);
+      let indexedCriteria = 0;
+      let notifiedThroughTerms = 0;
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(resources[resourceType]!, { minLength: 1, maxLength: 8 }),
+          // Mostly one clause per criteria: conjunctions rarely match, and matches are what the terms must not lose.
+          fc.uniqueArray(query(supported, 2), { minLength: 1, maxLength: 5, selector: (generated) => generated.query }),
+          async (batch, queries) => {
+            await database.pool.query('TRUNCATE fhir.resources, fhir.resource_history, webhook.subscriptions CASCADE');
+            await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+            const twins: { criteria: string; indexed: string; unindexed: string }[] = [];
+            for (const { query: rawQuery } of queries) {
+              const criteria = `${resourceType}?${rawQuery}`;
+              twins.push({ criteria, indexed: await subscribe(criteria, true), unindexed: await subscribe(criteria, false) });
+            }
+            const documents = batch.map((item, index) => ({ ...item, id: `r${index}` }));
+            await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [documents.map((item) => JSON.stringify(item))]);
+            const { rows } = await database.pool.query<{ subscription_id: string; resource_id: string }>(
+              `SELECT job.payload ->> 'subscriptionId' AS subscription_id, event ->> 'resourceId' AS resource_id
+               FROM graphile_worker._private_jobs job CROSS JOIN LATERAL json_array_elements((job.payload -> 'events')::json) AS event`,
+            );
+            const notifiedOf = (id: string) => rows.filter((row) => row.subscription_id === id).map((row) => row.resource_id).sort();
+            for (const { criteria, indexed, unindexed } of twins) {
+              const { rows: stored } = await database.pool.query<{ content: Resource }>('SELECT content FROM fhir.resources ORDER BY id');
+              const expected = stored
+                .map((row) => row.content)
+                .filter((content) => matchesSearch(content, resourceType, criteria.slice(resourceType.length + 1)))
+                .map((content) => content.id!)
+                .sort();
+              expect(notifiedOf(indexed), `${criteria} (with terms: ${JSON.stringify(compileCriteria(criteria).matchTerms)})`).toEqual(expected);
+              expect(notifiedOf(unindexed), `${criteria} (row by row)`).toEqual(expected);
+              if (compileCriteria(criteria).matchTerms !== null) {
+                indexedCriteria++;
+                notifiedThroughTerms += expected.length;
+              }
+            }
+          },
+        ),
+        { numRuns, seed },
+      );
+      console.log(`${resourceType}: ${indexedCriteria} criteria with match terms, notified ${notifiedThroughTerms} times`);
+      expect(indexedCriteria).toBeGreaterThan(numRuns / 2);
+      expect(notifiedThroughTerms).toBeGreaterThanOrEqual(10);
+    });
+  }
 });

@@ -220,7 +220,7 @@ describe('criteria compiled for subscriptions', () => {
     expect(compiled.matchDeleted).not.toContain('"start"');
     expect(compiled.include).toEqual([{ sourceType: 'Appointment', parameter: 'patient', iterate: false }]);
     expect(compileCriteria('Appointment?date=ge2026-01-01').matchDeleted).toBeNull();
-    expect(compileCriteria('Appointment')).toEqual({ resourceType: 'Appointment', match: null, matchDeleted: null, relatedMatch: null, include: [], revinclude: [] });
+    expect(compileCriteria('Appointment')).toEqual({ resourceType: 'Appointment', match: null, matchDeleted: null, relatedMatch: null, matchTerms: null, include: [], revinclude: [] });
   });
 
   it('evaluates the compiled predicates in SQL against the current content', async () => {

@@ -1,5 +1,6 @@
 import { badRequest } from '../fhir/outcome.ts';
 import { compileFilters, compileRelated, type RelatedCondition } from './jsonpath.ts';
+import { matchTerms, type MatchTerm } from './match-terms.ts';
 import { isSupported, searchParametersOf } from './parameters.ts';
 import { parseCriteriaString, type Filter, type Include } from './query.ts';
 
@@ -20,6 +21,8 @@ export type CompiledCriteria = {
   matchDeleted: string | null;
   /** Conditions on related resources (chains, _has), for fhir.related_resources_match; null when none. */
   relatedMatch: RelatedCondition[] | null;
+  /** Terms a matching resource holds at least one of (src/search/match-terms.ts); null: evaluated on every row. */
+  matchTerms: MatchTerm[] | null;
   include: StoredInclude[];
   revinclude: StoredInclude[];
 };
@@ -42,6 +45,7 @@ export function compileCriteria(criteria: string): CompiledCriteria {
     match: compileFilters(query.filters),
     matchDeleted: compileFilters(query.filters.filter(keptForDeletions)),
     relatedMatch: query.related.length === 0 ? null : compileRelated(query.related),
+    matchTerms: matchTerms(query.filters),
     include: query.include.map(storeInclude),
     revinclude: query.revinclude.map(storeInclude),
   };
