@@ -6,7 +6,7 @@ import { compileFilters } from '../src/search/jsonpath.ts';
 import { parseSearchQuery } from '../src/search/query.ts';
 import { searchResources } from '../src/search/search.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { matchesSearch, valueTypesOf } from './support/search-oracle.ts';
+import { matchesRelated, matchesSearch, valueTypesOf } from './support/search-oracle.ts';
 
 /**
  * Property tests of the search engine against an independent oracle
@@ -819,7 +819,9 @@ describe('the notification trigger, with and without match terms, notifies what 
           fc.array(resources[resourceType]!, { minLength: 1, maxLength: 8 }),
           // Mostly one clause per criteria: conjunctions rarely match, and matches are what the terms must not lose.
           fc.uniqueArray(query(supported, 2), { minLength: 1, maxLength: 5, selector: (generated) => generated.query }),
-          async (batch, queries) => {
+          // A statement of more than 100 rows is a bulk one, whose chains the trigger matches through their targets' references.
+          fc.boolean(),
+          async (batch, queries, bulk) => {
             await database.pool.query('TRUNCATE fhir.resources, fhir.resource_history, webhook.subscriptions CASCADE');
             await database.pool.query('DELETE FROM graphile_worker._private_jobs');
             const twins: { criteria: string; indexed: string; unindexed: string }[] = [];
@@ -828,14 +830,15 @@ describe('the notification trigger, with and without match terms, notifies what 
               twins.push({ criteria, indexed: await subscribe(criteria, true), unindexed: await subscribe(criteria, false) });
             }
             const documents = batch.map((item, index) => ({ ...item, id: `r${index}` }));
-            await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [documents.map((item) => JSON.stringify(item))]);
+            const filler = bulk ? Array.from({ length: 101 }, (_, index) => ({ resourceType: 'Basic', id: `filler${index}`, code: { text: 'filler' } })) : [];
+            await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [[...documents, ...filler].map((item) => JSON.stringify(item))]);
             const { rows } = await database.pool.query<{ subscription_id: string; resource_id: string }>(
               `SELECT job.payload ->> 'subscriptionId' AS subscription_id, event ->> 'resourceId' AS resource_id
                FROM graphile_worker._private_jobs job CROSS JOIN LATERAL json_array_elements((job.payload -> 'events')::json) AS event`,
             );
             const notifiedOf = (id: string) => rows.filter((row) => row.subscription_id === id).map((row) => row.resource_id).sort();
             for (const { criteria, indexed, unindexed } of twins) {
-              const { rows: stored } = await database.pool.query<{ content: Resource }>('SELECT content FROM fhir.resources ORDER BY id');
+              const { rows: stored } = await database.pool.query<{ content: Resource }>('SELECT content FROM fhir.resources WHERE resource_type = $1 ORDER BY id', [resourceType]);
               const expected = stored
                 .map((row) => row.content)
                 .filter((content) => matchesSearch(content, resourceType, criteria.slice(resourceType.length + 1)))
@@ -855,6 +858,91 @@ describe('the notification trigger, with and without match terms, notifies what 
       console.log(`${resourceType}: ${indexedCriteria} criteria with match terms, notified ${notifiedThroughTerms} times`);
       expect(indexedCriteria).toBeGreaterThan(numRuns / 2);
       expect(notifiedThroughTerms).toBeGreaterThanOrEqual(10);
+    });
+  }
+});
+
+/**
+ * Chains and _has, in REST search and in subscription criteria (a statement
+ * of a few rows, followed row by row; and a bulk one, matched through the
+ * chain's targets), against the oracle judging over the stored resources.
+ */
+describe('chained parameters and _has select what the oracle selects, in search and in criteria', () => {
+  const patients = fc.array(resources.Patient!, { minLength: 1, maxLength: 4 }).map((list) => list.map((patient, index) => ({ ...patient, id: referenceIds[index]! })));
+  // Mostly about one of those Patients, so that chains have somewhere to go.
+  const observations = fc
+    .array(fc.tuple(resources.Observation!, fc.option(pick(referenceIds), { freq: 5 })), { minLength: 1, maxLength: 6 })
+    .map((list) => list.map(([item, patient], index) => ({ ...item, id: `o${index}`, ...(patient === null ? {} : { subject: { reference: `Patient/${patient}` } }) })));
+  const patientClauses = parametersOf('Patient').supported.filter((parameter) => parameter.type !== 'composite');
+  const observationClauses = parametersOf('Observation').supported.filter((parameter) => parameter.type !== 'composite');
+  const chainKey = pick(['patient', 'subject:Patient']);
+  const hasKey = pick(['_has:Observation:patient', '_has:Observation:subject']);
+  const related = (prefix: fc.Arbitrary<string>, parameters: Parameter[], separator: string) =>
+    fc.tuple(prefix, pick(parameters).chain(clause)).map(([head, { text }]) => {
+      const equals = text.indexOf('=');
+      return { key: `${head}${separator}${text.slice(0, equals)}`, value: text.slice(equals + 1) };
+    });
+
+  async function notified(criteria: string, write: () => Promise<void>): Promise<string[]> {
+    const compiled = compileCriteria(criteria);
+    const { rows } = await database.pool.query<{ id: string }>(
+      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, related_match, endpoint,
+         headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+       VALUES ('active', $1, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-') RETURNING id`,
+      [criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted, compiled.relatedMatch === null ? null : JSON.stringify(compiled.relatedMatch)],
+    );
+    await write();
+    const { rows: events } = await database.pool.query<{ resource_id: string }>(
+      `SELECT event ->> 'resourceId' AS resource_id
+       FROM graphile_worker._private_jobs job CROSS JOIN LATERAL json_array_elements((job.payload -> 'events')::json) AS event
+       WHERE job.payload ->> 'subscriptionId' = $1`,
+      [rows[0]!.id],
+    );
+    return events.map((row) => row.resource_id).sort();
+  }
+
+  const insert = async (items: readonly Resource[], bulk: boolean) => {
+    const filler = bulk ? Array.from({ length: 101 }, (_, index) => ({ resourceType: 'Basic', id: `filler${index}`, code: { text: 'filler' } })) : [];
+    await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [[...items, ...filler].map((item) => JSON.stringify(item))]);
+  };
+  const reset = async () => {
+    await database.pool.query('TRUNCATE fhir.resources, fhir.resource_history, webhook.subscriptions CASCADE');
+    await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+  };
+
+  for (const kind of ['chain', 'has'] as const) {
+    it(`${kind === 'chain' ? 'Observation?patient.…' : 'Patient?_has:Observation:…'}: 100 generated worlds`, { timeout: 300_000 * factor }, async () => {
+      let matched = 0;
+      await fc.assert(
+        fc.asyncProperty(
+          patients,
+          observations,
+          kind === 'chain' ? related(chainKey, patientClauses, '.') : related(hasKey, observationClauses, ':'),
+          fc.boolean(),
+          async (patientList, observationList, { key, value }, bulk) => {
+            await reset();
+            const [searched, other] = kind === 'chain' ? (['Observation', patientList] as const) : (['Patient', observationList] as const);
+            const written: readonly Resource[] = kind === 'chain' ? observationList : patientList;
+            const criteria = `${searched}?${key}=${value}`;
+            // The related resources first, then the searched ones in one statement, which the subscription sees.
+            await insert(other, false);
+            const notifications = await notified(criteria, () => insert(written, bulk));
+            // Judged on what was stored (the database stamps meta.lastUpdated).
+            const { rows: stored } = await database.pool.query<{ content: Resource }>(`SELECT content FROM fhir.resources WHERE resource_type <> 'Basic'`);
+            const world = stored.map((row) => row.content);
+            const expected = world
+              .filter((item) => item.resourceType === searched && matchesRelated(world, item as never, key, decodeURIComponent(value)))
+              .map((item) => item.id!)
+              .sort();
+            expect(notifications, `criteria ${criteria}${bulk ? ' (bulk)' : ''}`).toEqual(expected);
+            const page = await searchResources(database.db, parseSearchQuery(searched, `${key}=${value}&_count=100`));
+            expect(page.matches.map((match) => match.id!).sort(), `search ${criteria}`).toEqual(expected);
+            matched += expected.length;
+          },
+        ),
+        { numRuns: 100 * factor, seed },
+      );
+      expect(matched).toBeGreaterThan(30);
     });
   }
 });

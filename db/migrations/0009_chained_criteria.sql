@@ -88,6 +88,8 @@ COMMENT ON COLUMN webhook.subscriptions.related_match IS
 
 -- 0008's function, with the related resources' conditions for creations and
 -- updates (a deletion is matched by active, status and :missing only, as before).
+-- fhir.related_resources_match has subqueries, so PostgreSQL cannot inline it:
+-- it is called only for the subscriptions that have related conditions.
 CREATE OR REPLACE FUNCTION webhook.enqueue_notifications() RETURNS trigger
   LANGUAGE plpgsql AS $$
 DECLARE
@@ -110,7 +112,7 @@ BEGIN
           FROM changed_rows c
           WHERE c.resource_type = s.resource_type
             AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-            AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+            AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
           OFFSET 0
         ) event
         WHERE s.status = 'active'
@@ -125,7 +127,7 @@ BEGIN
       FROM changed_rows c
       WHERE c.resource_type = s.resource_type
         AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-        AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+        AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
       LIMIT 1
     ) event
     WHERE s.status = 'error'

@@ -16,8 +16,15 @@
 -- compiled, into compiled_criteria.matchTerms; they are kept below, one row
 -- per term. The trigger extracts, from each written row, the values at the
 -- (few, distinct) paths the terms use, joins them with the terms, and
--- evaluates the full criteria only for the subscriptions found. Criteria
--- without such a term (a date range, a name, no filter at all), and
+-- evaluates the full criteria only for the subscriptions found.
+--
+-- A chained criteria (patient.identifier=http://x|7) requires a reference to
+-- one of the resources its chain leads to now. For a statement of more than
+-- 100 rows, the trigger looks those up once (GIN) and uses the references as
+-- the subscription's terms for the statement, rather than following every
+-- row's references (a function call and a lookup per row and subscription).
+--
+-- Criteria without a term (a date range, a name, no filter at all), and
 -- subscriptions created before this migration, are evaluated on every row as
 -- before. Deletions, matched on active, status and :missing only, too.
 
@@ -66,9 +73,43 @@ CREATE OR REPLACE FUNCTION webhook.enqueue_notifications() RETURNS trigger
 DECLARE
   deleting boolean := TG_OP = 'DELETE';
   batch_size CONSTANT integer := 100;
+  -- Whether chains are matched through their targets' references (see above).
+  bulk boolean := TG_OP <> 'DELETE' AND (SELECT count(*) > 100 FROM changed_rows);
 BEGIN
   PERFORM graphile_worker.add_jobs(array(
-    WITH matched AS (
+    WITH chain_terms AS MATERIALIZED (
+      -- For a bulk statement, the references to the resources each chained
+      -- criteria's (first) chain leads to now, as terms at its reference paths.
+      SELECT s.id AS subscription_id, s.resource_type, reference_path AS path, target.resource_type || '/' || target.id AS value
+      FROM webhook.subscriptions s
+      CROSS JOIN LATERAL jsonb_path_query_first(s.related_match, '$[*]."chain"') AS chain
+      CROSS JOIN LATERAL jsonb_array_elements_text(chain -> 'references') AS reference_path
+      CROSS JOIN LATERAL jsonb_array_elements(chain -> 'targets') AS target_criteria
+      JOIN fhir.resources target
+        ON target.resource_type = target_criteria ->> 'type'
+       AND target.content @@ (target_criteria ->> 'match')::jsonpath
+      WHERE bulk AND s.status = 'active' AND NOT s.has_match_terms
+        AND s.resource_type IN (SELECT DISTINCT resource_type FROM changed_rows)
+    ), terms AS (
+      SELECT term.subscription_id, term.resource_type, term.path, term.value
+      FROM webhook.subscription_match_terms term
+      WHERE NOT deleting AND term.resource_type IN (SELECT DISTINCT resource_type FROM changed_rows)
+      UNION ALL
+      SELECT subscription_id, resource_type, path, value FROM chain_terms
+    ), held AS MATERIALIZED (
+      -- The values the written rows hold at the paths the terms use (a
+      -- handful of distinct paths): one pass over the rows, then ONE hash
+      -- join with the terms, rather than a lookup per row.
+      SELECT c.resource_type, c.id, term_path.path, value #>> '{}' AS value
+      FROM (SELECT DISTINCT resource_type, path FROM terms) term_path
+      JOIN changed_rows c ON c.resource_type = term_path.resource_type
+      CROSS JOIN LATERAL jsonb_path_query(c.content, term_path.path::jsonpath) AS value
+    ), candidates AS MATERIALIZED (
+      -- Each (subscription, row) once, however many of its terms the row holds.
+      SELECT DISTINCT terms.subscription_id, held.resource_type, held.id
+      FROM held
+      JOIN terms USING (resource_type, path, value)
+    ), matched AS (
       -- Subscriptions evaluated on every row of their type (OFFSET 0 keeps
       -- each subscription's jsonpath running over all rows in turn).
       SELECT s.id AS subscription_id, event.resource_type, event.id, event.version_id
@@ -78,25 +119,22 @@ BEGIN
         FROM changed_rows c
         WHERE c.resource_type = s.resource_type
           AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-          AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+          AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
         OFFSET 0
       ) event
-      WHERE s.status = 'active' AND (deleting OR NOT s.has_match_terms)
-      UNION
-      -- Subscriptions with terms, for the rows that hold one of them (UNION:
-      -- a row holding two terms of one subscription is one event).
+      WHERE s.status = 'active' AND (deleting OR NOT (s.has_match_terms OR (bulk AND coalesce(s.related_match @? '$[*]."chain"', false))))
+      UNION ALL
+      -- Subscriptions with terms: the full criteria, for their candidate rows
+      -- only. The row is read back from fhir.resources by primary key (at
+      -- the end of the statement that wrote it, it holds that version): a
+      -- lookup per candidate, whatever the planner guesses of the CTE's size.
       SELECT s.id, c.resource_type, c.id, c.version_id
-      FROM (SELECT DISTINCT term.resource_type, term.path
-            FROM webhook.subscription_match_terms term
-            WHERE NOT deleting AND term.resource_type IN (SELECT DISTINCT resource_type FROM changed_rows)) term_path
-      JOIN changed_rows c ON c.resource_type = term_path.resource_type
-      CROSS JOIN LATERAL jsonb_path_query(c.content, term_path.path::jsonpath) AS held
-      JOIN webhook.subscription_match_terms term
-        ON term.resource_type = term_path.resource_type AND term.path = term_path.path AND term.value = held #>> '{}'
-      JOIN webhook.subscriptions s ON s.id = term.subscription_id
-      WHERE s.status = 'active' AND s.has_match_terms
+      FROM candidates
+      JOIN fhir.resources c ON c.resource_type = candidates.resource_type AND c.id = candidates.id
+      JOIN webhook.subscriptions s ON s.id = candidates.subscription_id
+      WHERE s.status = 'active' AND (s.has_match_terms OR (bulk AND coalesce(s.related_match @? '$[*]."chain"', false)))
         AND webhook.notifies(c.resource_type, c.content, s.match)
-        AND fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match)
+        AND (s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
     )
     SELECT ('notification_delivery',
             json_build_object('subscriptionId', batch.subscription_id, 'events', batch.events),
@@ -120,7 +158,7 @@ BEGIN
       FROM changed_rows c
       WHERE c.resource_type = s.resource_type
         AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-        AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+        AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
       LIMIT 1
     ) event
     WHERE s.status = 'error'
@@ -155,7 +193,7 @@ BEGIN
           FROM changed_rows c
           WHERE c.resource_type = s.resource_type
             AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-            AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+            AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
           OFFSET 0
         ) event
         WHERE s.status = 'active'
@@ -170,7 +208,7 @@ BEGIN
       FROM changed_rows c
       WHERE c.resource_type = s.resource_type
         AND webhook.notifies(c.resource_type, c.content, CASE WHEN deleting THEN s.match_deleted ELSE s.match END)
-        AND (deleting OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
+        AND (deleting OR s.related_match IS NULL OR fhir.related_resources_match(c.resource_type, c.id, c.content, s.related_match))
       LIMIT 1
     ) event
     WHERE s.status = 'error'

@@ -706,3 +706,43 @@ export function matchesSearch(resource: object, resourceType: string, rawQuery: 
 export function valueTypesOf(resource: object, resourceType: string, code: string): string[] {
   return valuesOf(resource, resourceType, definitionOf(resourceType, code)).map((value) => value.type);
 }
+
+/** The `Type/id` a reference parameter's values name (relative references only: what a chain or _has can follow). */
+export function referencesOf(resource: object, resourceType: string, code: string): string[] {
+  return valuesOf(resource, resourceType, definitionOf(resourceType, code))
+    .filter((value) => value.type === 'Reference')
+    .map((value) => asObject(value.data).reference)
+    .filter((reference): reference is string => typeof reference === 'string' && referenceTarget(reference) !== undefined);
+}
+
+/**
+ * Whether `resource` matches one chained (`reference[:Type].parameter[:modifier]`)
+ * or reverse-chained (`_has:Type:reference:parameter[:modifier]`) clause,
+ * judged against the `stored` resources it may relate to.
+ */
+export function matchesRelated(stored: readonly { resourceType: string; id?: string }[], resource: { resourceType: string; id?: string }, key: string, value: string): boolean {
+  const find = (type: string, id: string) => stored.find((candidate) => candidate.resourceType === type && candidate.id === id);
+  if (key.startsWith('_has:')) {
+    const [, sourceType, reference, inner, modifier] = key.split(':') as [string, string, string, string, string | undefined];
+    const innerKey = modifier === undefined ? inner : `${inner}:${modifier}`;
+    return stored.some(
+      (source) =>
+        source.resourceType === sourceType &&
+        referencesOf(source, sourceType, reference).includes(`${resource.resourceType}/${resource.id}`) &&
+        matchesSearch(source, sourceType, `${innerKey}=${value}`),
+    );
+  }
+  const dot = key.indexOf('.');
+  const [reference, namedType] = key.slice(0, dot).split(':') as [string, string | undefined];
+  const innerKey = key.slice(dot + 1);
+  const inner = innerKey.split(':')[0]!;
+  const targets = namedType === undefined ? definitionOf(resource.resourceType, reference).target ?? [] : [namedType];
+  return referencesOf(resource, resource.resourceType, reference).some((text) => {
+    const { type, id } = referenceTarget(text)!;
+    const target = find(type, id);
+    if (!targets.includes(type) || target === undefined) return false;
+    const defines = (base: string) => base === type || base === 'Resource' || base === 'DomainResource';
+    if (!searchParameterDefinitions.some((definition) => definition.code === inner && definition.base.some(defines))) return false;
+    return matchesSearch(target, type, `${innerKey}=${value}`);
+  });
+}
