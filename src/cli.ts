@@ -7,8 +7,7 @@ import { z } from 'zod';
 import { createApiKey, listApiKeys, revokeApiKey } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
-import { applyMigrations } from './db/migrations.ts';
-import { databaseServer, openDatabase, startService, type Roles } from './service.ts';
+import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
 
 /** The command was right but could not be done: say why, exit 1. */
 class CommandError extends Error {}
@@ -37,12 +36,12 @@ function commandLine(): Command {
     .description('apply pending database migrations and exit')
     .action(async () => {
       const { config, logger } = oneShot();
-      const database = await openDatabase({ ...config, migrateOnStart: false }, logger);
+      const server = await databaseServer(config, logger);
       try {
-        const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
+        const applied = await migrate(server.url, logger);
         console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
       } finally {
-        await database.close();
+        await server.release();
       }
     });
 

@@ -41,17 +41,35 @@ export async function databaseServer(config: Config, logger: Logger): Promise<Da
  * and applies pending migrations when so configured. close() ends the pool,
  * then stops what it started.
  */
+/**
+ * Bounds on what one API request can hold in the database: a statement (a
+ * search with a costly pattern) stops after 30 s, a wait for a row lock
+ * after 5 s, a transaction left idle after 60 s; the client gets a 503
+ * (src/api/errors.ts) rather than a backend busy for minutes.
+ */
+const apiSessionSettings = { statement_timeout: '30s', lock_timeout: '5s', idle_in_transaction_session_timeout: '60s' };
+
+/** Applies the pending migrations, on connections of their own: a migration may rightly run longer than a request may. */
+export async function migrate(url: string, logger: Logger): Promise<string[]> {
+  const migrator = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'), { maxConnections: 2 });
+  try {
+    return await applyMigrations(migrator.pool, (message) => logger.debug(message));
+  } finally {
+    await migrator.close();
+  }
+}
+
 export async function openDatabase(config: Config, logger: Logger): Promise<DatabaseHandle> {
   const server = await databaseServer(config, logger);
   const closers: Closer[] = [() => server.release()];
   try {
-    // The API's requests and the migrations; the workers have their own pool (src/dispatch/worker.ts).
-    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'));
-    closers.push(() => database.close());
     if (config.migrateOnStart) {
-      const applied = await applyMigrations(database.pool, (message) => logger.debug(message));
+      const applied = await migrate(server.url, logger);
       if (applied.length > 0) logger.info({ migrations: applied }, 'applied database migrations');
     }
+    // The API's requests; the workers have their own pool (src/dispatch/worker.ts).
+    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'), { settings: apiSessionSettings });
+    closers.push(() => database.close());
     return { ...database, close: () => closeAll(closers) };
   } catch (error) {
     await closeAll(closers);

@@ -23,7 +23,7 @@ export async function createScratchDatabase(): Promise<ScratchDatabase> {
     await admin.end();
     await stop();
   };
-  const migrator = connectDatabase(url.toString(), (error) => console.error(error), 2);
+  const migrator = connectDatabase(url.toString(), (error) => console.error(error), { maxConnections: 2 });
   try {
     await applyMigrations(migrator.pool);
   } catch (error) {

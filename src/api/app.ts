@@ -1,5 +1,6 @@
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import { createServer } from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
 import packageJson from '../../package.json' with { type: 'json' };
@@ -7,6 +8,7 @@ import type { DatabaseHandle } from '../db/database.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers } from './errors.ts';
+import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
@@ -23,6 +25,8 @@ export type AppOptions = {
   /** AES-256 key for the subscriptions' headers and signing secrets. */
   secretsEncryptionKey: Buffer;
   logger: FastifyBaseLogger;
+  /** How long a client may take to send a whole request (default 30 s): a body trickled byte by byte is cut off. */
+  requestTimeoutMs?: number;
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -30,10 +34,16 @@ const bodyLimit = 10 * 1024 * 1024;
 
 export const fhirBasePath = '/fhir/resources';
 
-export async function buildApp({ database, baseUrl, webhookNamingSystem, secretsEncryptionKey, logger }: AppOptions): Promise<FastifyInstance> {
-  const app = Fastify({ loggerInstance: logger, bodyLimit });
+export async function buildApp({ database, baseUrl, webhookNamingSystem, secretsEncryptionKey, logger, requestTimeoutMs = 30_000 }: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: logger,
+    bodyLimit,
+    // Node checks request timeouts every connectionsCheckingInterval (30 s by default): checked every second, a trickled body is cut off on time.
+    serverFactory: (handler) =>
+      createServer({ requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs) }, handler),
+  });
   app.setValidatorCompiler(validatorCompiler);
-  app.addContentTypeParser('application/fhir+json', { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+  installJsonBodyParser(app);
   installErrorHandlers(app);
 
   await app.register(swagger, {

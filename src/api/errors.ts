@@ -34,11 +34,34 @@ export function errorOutcome(error: FastifyError, request: FastifyRequest): { st
     const sent = request.headers['content-type'] ?? 'none';
     return { status: 415, outcome: operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`) };
   }
+  const unavailable = databaseUnavailable(error);
+  if (unavailable !== undefined) {
+    request.log.warn({ err: error }, 'database unavailable for the request');
+    return { status: 503, outcome: unavailable };
+  }
   const status = error.statusCode ?? 500;
   if (status >= 400 && status < 500) return { status, outcome: operationOutcome(issueCodeByStatus[status] ?? 'invalid', error.message) };
   // A 500 is a bug: its stack (a string) is what whoever fixes it needs.
   request.log.error({ err: error, stack: error.stack }, 'request failed');
   return { status: 500, outcome: operationOutcome('exception', 'Internal server error') };
+}
+
+/**
+ * A request the database could not serve for a reason that is not the
+ * request's fault, or not for good: a statement past the API's
+ * statement_timeout, a row lock past its lock_timeout, a server restarting
+ * or unreachable. 503, so that clients retry (src/service.ts sets the bounds).
+ */
+function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcome | undefined {
+  const code = typeof error.code === 'string' ? error.code : '';
+  if (code === '57014') return operationOutcome('timeout', 'The request took longer than the database allows an API request (30 s): narrow it, or retry later');
+  if (code === '55P03') return operationOutcome('lock-error', 'A resource the request writes is locked by another transaction: retry later');
+  const down =
+    code.startsWith('08') || // connection exceptions
+    code === '57P01' || code === '57P02' || code === '57P03' || // shutdown, crash, cannot connect now
+    ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT'].includes(code) ||
+    /Connection terminated|timeout exceeded when trying to connect/.test(error.message);
+  return down ? operationOutcome('transient', 'The database is unavailable: retry later') : undefined;
 }
 
 export function installErrorHandlers(app: FastifyInstance): void {

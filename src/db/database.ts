@@ -13,13 +13,23 @@ export type DatabaseHandle = {
   close(): Promise<void>;
 };
 
-/**
- * `asynchronousCommit` commits without waiting for the WAL flush
- * (synchronous_commit = off): a PostgreSQL crash may lose the last commits,
- * in order, never half of one. Only for writes that may be repeated.
- */
-export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void, maxConnections = 10, asynchronousCommit = false): DatabaseHandle {
-  const pool = new pg.Pool({ connectionString, max: maxConnections, ...(asynchronousCommit ? { options: '-c synchronous_commit=off' } : {}) });
+export type PoolOptions = {
+  /** Default 10. */
+  maxConnections?: number;
+  /**
+   * PostgreSQL settings of every session of the pool, such as
+   * synchronous_commit = off (a crash may lose the last commits, in order,
+   * never half of one: only for writes that may be repeated) or a
+   * statement_timeout.
+   */
+  settings?: Record<string, string>;
+};
+
+export function connectDatabase(connectionString: string, onIdleError: (error: Error) => void, { maxConnections = 10, settings = {} }: PoolOptions = {}): DatabaseHandle {
+  const options = Object.entries(settings)
+    .map(([name, value]) => `-c ${name}=${value}`)
+    .join(' ');
+  const pool = new pg.Pool({ connectionString, max: maxConnections, ...(options === '' ? {} : { options }) });
   // A client that loses its server (restart, failover) must not crash the process,
   // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);

@@ -29,7 +29,10 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   // retries and state changes. A PostgreSQL crash can lose only the last of these commits, and WAL
   // order means a lost change takes its job's completion with it: the job runs again (at least
   // once), and no event is lost, since the writer's transaction that enqueued it commits synchronously.
-  const workerDatabase = connectDatabase(database.connectionString, (error) => logger.warn({ err: error }, 'idle database connection failed'), workerConnections, true);
+  const workerDatabase = connectDatabase(database.connectionString, (error) => logger.warn({ err: error }, 'idle database connection failed'), {
+    maxConnections: workerConnections,
+    settings: { synchronous_commit: 'off' },
+  });
   const dispatcher = createDeliveryAgent({
     allowPrivateNetworks: config.delivery.allowPrivateNetworks,
     connectTimeoutMs: config.delivery.connectTimeoutMs,

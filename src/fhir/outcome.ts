@@ -13,6 +13,9 @@ export type IssueCode =
   | 'not-supported'
   | 'too-costly'
   | 'throttled'
+  | 'timeout'
+  | 'lock-error'
+  | 'transient'
   | 'processing'
   | 'exception'
   | 'informational';

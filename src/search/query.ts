@@ -1,5 +1,6 @@
 import { elementTypes, isResourceType } from '../fhir/definitions.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
+import { stringProblem } from '../fhir/storable-text.ts';
 import { isSupported, searchParametersOf, type SearchParameter, type SimpleParameter } from './parameters.ts';
 import { parseComposite, parseValue, splitUnescaped, type SearchValue } from './values.ts';
 
@@ -58,6 +59,12 @@ export type SearchQuery = {
 };
 
 export const maxCount = 1000;
+/**
+ * The longest value a parameter takes (its comma-separated values together):
+ * a string value compiles to a regular expression about 40 times its length,
+ * which PostgreSQL runs on every candidate row.
+ */
+export const maxValueLength = 1024;
 
 const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
   token: ['missing', 'not', 'text'],
@@ -124,11 +131,15 @@ export function splitQuery(rawQuery: string): [string, string][] {
 }
 
 function decode(text: string): string {
+  let decoded: string;
   try {
-    return decodeURIComponent(text);
+    decoded = decodeURIComponent(text);
   } catch {
     throw badRequest(`Malformed percent-encoding in '${text}'`);
   }
+  const problem = stringProblem(decoded);
+  if (problem !== undefined) throw badRequest(`The search parameter or value '${text}' has ${problem}`);
+  return decoded;
 }
 
 function parseFilter(resourceType: string, name: string, modifierText: string | undefined, value: string): Filter {
@@ -137,6 +148,7 @@ function parseFilter(resourceType: string, name: string, modifierText: string | 
   if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${name} is not supported: ${parameter.unsupported}`);
   const modifier = parseModifier(parameter, modifierText);
   if (value === '') throw badRequest(`Search parameter '${name}' has an empty value`);
+  if (value.length > maxValueLength) throw badRequest(`Search parameter '${name}' has a value of ${value.length} characters; the limit is ${maxValueLength.toLocaleString('en')}`);
   if (modifier === 'missing') {
     if (value !== 'true' && value !== 'false') throw badRequest(`':missing' takes true or false, not '${value}'`);
     return { parameter, modifier, values: [{ kind: 'missing', missing: value === 'true' }] };

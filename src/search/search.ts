@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
+import { fhirIdPattern } from '../fhir/definitions.ts';
 import { badRequest } from '../fhir/outcome.ts';
 import { accessor, compileFilters, compileRelated, referencesAnyOf, referenceStrings } from './jsonpath.ts';
 import type { Include, RelatedFilter, SearchQuery, SortOrder } from './query.ts';
@@ -235,10 +236,24 @@ function encodeCursor(cursor: Cursor): string {
   return Buffer.from(JSON.stringify([cursor.sort, cursor.lastUpdated, cursor.id])).toString('base64url');
 }
 
+/** meta.lastUpdated as the database renders it (fhir.format_instant), and a real date: a forged token must not reach the timestamptz cast. */
+function isInstant(text: string): boolean {
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(text)) return false;
+  const date = new Date(text);
+  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 19) === text.slice(0, 19);
+}
+
 function decodeCursor(token: string, expectedSort: string): Cursor {
   try {
     const [sort, lastUpdated, id] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
-    if (typeof sort === 'string' && typeof lastUpdated === 'string' && typeof id === 'string' && sort === expectedSort) {
+    if (
+      typeof sort === 'string' &&
+      typeof lastUpdated === 'string' &&
+      typeof id === 'string' &&
+      sort === expectedSort &&
+      isInstant(lastUpdated) &&
+      fhirIdPattern.test(id)
+    ) {
       return { sort, lastUpdated, id };
     }
   } catch {

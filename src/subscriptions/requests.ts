@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { isResourceType } from '../fhir/definitions.ts';
 import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
+import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
 
 /**
@@ -86,15 +87,24 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
+/** Criteria longer than this are refused: real ones are a few dozen characters, and each is compiled and evaluated on every write of its type. */
+export const maxCriteriaLength = 2048;
+
 export function parseSubscriptionRequest(body: unknown): SubscriptionRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw refusal('The body must be a Subscription resource (a JSON object)');
   const resource = body as Record<string, unknown>;
   if (resource.resourceType !== 'Subscription') {
     throw refusal(resource.resourceType === undefined ? 'resourceType is required' : 'resourceType must be Subscription');
   }
+  // Text PostgreSQL cannot store (in the criteria, the endpoint, a header) would fail the insert with a 500.
+  const problem = unstorableString(resource);
+  if (problem !== undefined) throw refusal(`The Subscription has a string with ${problem}`);
   if (resource.status === undefined) throw refusal('status is required');
   if (typeof resource.criteria !== 'string' || resource.criteria === '') throw refusal('criteria is required');
   const criteria = resource.criteria;
+  if (criteria.length > maxCriteriaLength) {
+    throw refusal(`criteria is ${criteria.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
+  }
 
   if (resource.status === 'off') return { status: 'off', criteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');

@@ -1,0 +1,130 @@
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from './support/app.ts';
+
+/**
+ * What a hostile probe of the service found: inputs that answered 500 (or
+ * worse) instead of a clear 4xx OperationOutcome. Each is a regression test.
+ */
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(() => t.close());
+
+const subscription = (criteria: string, extra: Record<string, unknown> = {}) => ({
+  resourceType: 'Subscription',
+  status: 'requested',
+  criteria,
+  reason: 'test',
+  channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/hook', payload: 'application/fhir+json' },
+  ...extra,
+});
+
+function expectRefusal(response: { statusCode: number; json(): unknown; body: string }, message: RegExp) {
+  expect(response.statusCode, response.body).toBe(400);
+  const outcome = response.json() as { resourceType: string; issue: { details: { text: string } }[] };
+  expect(outcome.resourceType).toBe('OperationOutcome');
+  expect(outcome.issue[0]!.details.text).toMatch(message);
+}
+
+describe('values that once answered 500', () => {
+  it.each([
+    ['/Patient?name=%00', /NUL/],
+    ['/Patient?_id=%00', /NUL/],
+    ['/Patient?identifier=a%00b', /NUL/],
+    ['/Patient?_page_token=' + Buffer.from(JSON.stringify(['_lastUpdated', 'not a date', 'x'])).toString('base64url'), /Invalid _page_token/],
+    ['/Patient?_page_token=' + Buffer.from(JSON.stringify(['_lastUpdated', '2026-13-45T99:00:00Z', 'x'])).toString('base64url'), /Invalid _page_token/],
+  ])('GET %s is a 400', async (path, message) => {
+    expectRefusal(await t.fhir('GET', path), message);
+  });
+
+  it.each([
+    ['criteria with NUL', subscription('Patient?name=a\u0000b'), /NUL/],
+    ['criteria with a lone surrogate', subscription('Patient?name=a\ud800b'), /surrogate|UTF-16/],
+    ['an endpoint with NUL', subscription('Patient?active=true', { channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/a\u0000', payload: 'application/fhir+json' } }), /NUL|endpoint/],
+  ])('a Subscription with %s is a 400', async (_, body, message) => {
+    expectRefusal(await t.fhir('POST', '/Subscription', body), message);
+  });
+
+  it('JSON nested 10,000 deep is a 400', async () => {
+    const deep = `{"resourceType":"Patient","extension":${'['.repeat(10_000)}${']'.repeat(10_000)}}`;
+    const response = await t.fhir('POST', '/Patient', deep);
+    expectRefusal(response, /nest/i);
+  });
+});
+
+describe('lengths', () => {
+  it('refuses criteria over 2,048 characters, naming the limit (the unique index once overflowed at ~2.7 KB)', async () => {
+    const long = `Patient?name=${'a'.repeat(3_000)}`;
+    expectRefusal(await t.fhir('POST', '/Subscription', subscription(long)), /2,048/);
+  });
+
+  it('accepts criteria just under the limit, and a second live one with the same criteria is refused as the duplicate it is', async () => {
+    // 2,048 characters, about 4 KB in UTF-8: past what a btree entry on the string itself could hold.
+    const criteria = `Patient?name=${'ü'.repeat(1_000)}&family=${'ü'.repeat(1_000)}&given=${'ü'.repeat(20)}`;
+    expect(criteria).toHaveLength(2_048);
+    const first = await t.fhir('POST', '/Subscription', subscription(criteria));
+    expect(first.statusCode, first.body).toBe(201);
+    const second = await t.fhir('POST', '/Subscription', subscription(criteria));
+    expectRefusal(second, /already exists/);
+  });
+
+  it('refuses a search value over 1,024 characters, naming the limit', async () => {
+    expectRefusal(await t.fhir('GET', `/Patient?name:contains=${'a'.repeat(1_500)}`), /1,024/);
+  });
+});
+
+describe('bounds on what one request may hold', () => {
+  it('a body trickled byte by byte is cut off at the request timeout', async () => {
+    const { buildApp } = await import('../src/api/app.ts');
+    const pino = (await import('pino')).default;
+    const app = await buildApp({
+      database: t.database,
+      baseUrl: 'http://fhir.test',
+      webhookNamingSystem: 'webhook',
+      secretsEncryptionKey: Buffer.alloc(32, 7),
+      logger: pino({ level: 'silent' }),
+      requestTimeoutMs: 500,
+    });
+    const address = await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const { port } = new URL(address);
+      const socket = connect(Number(port), '127.0.0.1');
+      const started = performance.now();
+      const closed = new Promise<string>((resolve) => {
+        let answer = '';
+        socket.on('data', (chunk) => (answer += chunk.toString()));
+        socket.on('close', () => resolve(answer));
+      });
+      socket.write(`POST /fhir/resources/Patient HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nContent-Type: application/fhir+json\r\nContent-Length: 1000\r\n\r\n{`);
+      const trickle = setInterval(() => socket.writable && socket.write(' '), 100);
+      const answer = await closed;
+      clearInterval(trickle);
+      expect(answer).toMatch(/^HTTP\/1.1 408/);
+      expect(performance.now() - started).toBeLessThan(5_000);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a statement past the statement_timeout of API sessions answers 503 timeout, not 500', async () => {
+    const { connectDatabase } = await import('../src/db/database.ts');
+    const { buildApp } = await import('../src/api/app.ts');
+    const pino = (await import('pino')).default;
+    const database = connectDatabase(t.database.url, () => undefined, { settings: { statement_timeout: '1ms' } });
+    const app = await buildApp({ database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32, 7), logger: pino({ level: 'silent' }) });
+    try {
+      await t.database.pool.query(
+        `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Patient', 'name', jsonb_build_array(jsonb_build_object('family', 'Family' || n))) FROM generate_series(1, 5000) n`,
+      );
+      const response = await app.inject({ method: 'GET', url: `/fhir/resources/Patient?name:contains=${'x'.repeat(500)}&_total=accurate`, headers: { 'x-api-key': t.apiKey } });
+      expect(response.statusCode, response.body).toBe(503);
+      expect(response.json().issue[0]).toMatchObject({ code: 'timeout', details: { text: expect.stringMatching(/longer than the database allows/) } });
+    } finally {
+      await app.close();
+      await database.close();
+    }
+  });
+});
