@@ -128,3 +128,45 @@ describe('bounds on what one request may hold', () => {
     }
   });
 });
+
+describe('bounds on one answer', () => {
+  it('refuses a transaction Bundle of more than 1,000 entries with 413 too-costly, before doing any of it', async () => {
+    const entry = Array.from({ length: 1_001 }, () => ({ resource: { resourceType: 'Basic', code: { text: 'x' } }, request: { method: 'POST', url: 'Basic' } }));
+    const response = await t.fhir('POST', '/Bundle', { resourceType: 'Bundle', type: 'transaction', entry });
+    expect(response.statusCode).toBe(413);
+    expect(response.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text: expect.stringMatching(/1,001 entries; the limit is 1,000/) } });
+    const { rows } = await t.database.pool.query(`SELECT count(*)::int AS count FROM fhir.resources WHERE resource_type = 'Basic'`);
+    expect(rows[0].count).toBe(0);
+  });
+
+  it('ends a page early when its matches pass 16 MiB of JSON, and the next link goes on from there', async () => {
+    // Three 7 MiB Patients: a page of _count=3 holds two of them.
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Patient', 'id', 'big' || n, 'text', jsonb_build_object('status', 'generated', 'div', repeat('x', 7 * 1024 * 1024)))
+       FROM generate_series(1, 3) n`,
+    );
+    const first = await t.fhir('GET', '/Patient?_id=big1,big2,big3&_count=3');
+    expect(first.statusCode).toBe(200);
+    const page = first.json<{ entry: { resource: { id: string } }[]; link: { relation: string; url: string }[] }>();
+    expect(page.entry.map((entry) => entry.resource.id)).toEqual(['big1', 'big2']);
+    const next = page.link.find((link) => link.relation === 'next')!.url.replace('http://fhir.test/fhir/resources', '');
+    const second = (await t.fhir('GET', next)).json<{ entry: { resource: { id: string } }[]; link: { relation: string }[] }>();
+    expect(second.entry.map((entry) => entry.resource.id)).toEqual(['big3']);
+    expect(second.link.map((link) => link.relation)).toEqual(['self']);
+    await t.database.pool.query(`DELETE FROM fhir.resources WHERE id LIKE 'big%'`);
+  });
+
+  it('refuses a page whose includes pass 1,000 resources with 400 too-costly (a Group of 1,001 members)', async () => {
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Patient', 'id', 'member' || n) FROM generate_series(1, 1001) n`,
+    );
+    const member = Array.from({ length: 1_001 }, (_, index) => ({ entity: { reference: `Patient/member${index + 1}` } }));
+    await t.fhir('PUT', '/Group/crowd', { resourceType: 'Group', id: 'crowd', type: 'person', actual: true, member });
+    const response = await t.fhir('GET', '/Group?_id=crowd&_include=Group:member');
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text: expect.stringMatching(/pass 1,000 resources or 16 MiB: lower _count/) } });
+    const fewer = await t.fhir('GET', '/Group?_id=crowd&_include=Group:member:Practitioner');
+    expect(fewer.statusCode).toBe(200);
+  });
+});

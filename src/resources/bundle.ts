@@ -47,8 +47,22 @@ export function asProcessableBundle(body: { type?: unknown }): ProcessableBundle
   if (body.type !== 'transaction' && body.type !== 'batch') return undefined;
   const parsed = processableBundleSchema.safeParse(body);
   if (!parsed.success) throw badRequest(parsed.error.issues.map((issue) => issue.message).join('; '), 'structure');
+  if (parsed.data.entry.length > maxBundleEntries) {
+    throw new FhirError(
+      413,
+      'too-costly',
+      `The ${parsed.data.type} Bundle has ${parsed.data.entry.length.toLocaleString('en')} entries; the limit is ${maxBundleEntries.toLocaleString('en')}: split it (a bulk load can write fhir.resources with SQL)`,
+    );
+  }
   return parsed.data;
 }
+
+/**
+ * The most entries a transaction or batch may have: a transaction holds its
+ * locks until its last entry (50,000 entries once held one for 7.5 minutes),
+ * and its answer lists every entry.
+ */
+export const maxBundleEntries = 1000;
 type Entry = z.infer<typeof entrySchema>;
 
 type EntryResponse = {

@@ -2,12 +2,21 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { fhirIdPattern } from '../fhir/definitions.ts';
-import { badRequest } from '../fhir/outcome.ts';
+import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { accessor, compileFilters, compileRelated, referencesAnyOf, referenceStrings } from './jsonpath.ts';
 import type { Include, RelatedFilter, SearchQuery, SortOrder } from './query.ts';
 
-/** How many resources one _revinclude may add to a page. */
-export const revincludeLimit = 1000;
+/**
+ * Bounds on one answer, so that no request can exhaust memory (resources
+ * can be up to 10 MiB each): a page's matches add up to at most pageBytes of
+ * JSON (past it the page ends early, and its next link goes on from there; a
+ * page always holds one match); its _include and _revinclude resources to at
+ * most includeLimit resources and includeBytes (past them the search is
+ * refused: lower _count).
+ */
+export const pageBytes = 16 * 1024 * 1024;
+export const includeLimit = 1000;
+export const includeBytes = 16 * 1024 * 1024;
 const defaultCount = 20;
 /** Rounds of `:iterate` includes before stopping (FHIR lets servers bound this). */
 const iterateRounds = 3;
@@ -43,16 +52,26 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
   if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, where) };
   const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
 
-  const rows = await sql<{ content: FhirResource }>`
-    SELECT content FROM fhir.resources
-    WHERE ${where}
-      AND ${after(cursor, sort)}
-    ORDER BY ${orderBy(sort)}
-    LIMIT ${count + 1}`.execute(db);
+  // The page's candidates, cut where their JSON passes pageBytes (in PostgreSQL, so that only what fits is sent).
+  const rows = await sql<{ content: FhirResource; candidates: number }>`
+    SELECT content, candidates FROM (
+      SELECT content, count(*) OVER () :: int AS candidates,
+             sum(octet_length(content::text)) OVER (ORDER BY ${orderBy(sort)} ROWS UNBOUNDED PRECEDING) AS running,
+             row_number() OVER (ORDER BY ${orderBy(sort)}) AS position
+      FROM (
+        SELECT content, last_updated, id FROM fhir.resources
+        WHERE ${where}
+          AND ${after(cursor, sort)}
+        ORDER BY ${orderBy(sort)}
+        LIMIT ${count + 1}) candidate
+    ) sized
+    WHERE position = 1 OR running <= ${pageBytes}
+    ORDER BY position`.execute(db);
 
   const matchesOnPage = rows.rows.slice(0, count).map((row) => row.content);
   const last = matchesOnPage.at(-1);
-  const hasNext = rows.rows.length > count && last !== undefined;
+  const cutBySize = (rows.rows[0]?.candidates ?? 0) > rows.rows.length;
+  const hasNext = (rows.rows.length > count || cutBySize) && last !== undefined;
 
   let total: number | undefined;
   if (query.total === 'accurate' || query.total === 'estimate') {
@@ -82,6 +101,7 @@ export async function includedResources(
 ): Promise<FhirResource[]> {
   const seen = new Set(resources.map(keyOf));
   const added: FhirResource[] = [];
+  const budget: Budget = { resources: includeLimit, bytes: includeBytes };
   const keep = (found: FhirResource[]) => {
     const fresh = found.filter((resource) => !seen.has(keyOf(resource)));
     for (const resource of fresh) seen.add(keyOf(resource));
@@ -89,52 +109,81 @@ export async function includedResources(
     return fresh;
   };
 
-  for (const spec of include) keep(await followReferences(db, resources, spec));
-  for (const spec of revinclude) keep(await findReferrers(db, resources, spec));
+  for (const spec of include) keep(await followReferences(db, resources, spec, budget));
+  for (const spec of revinclude) keep(await findReferrers(db, resources, spec, budget));
 
   // :iterate applies the same includes to what the previous round added.
   let frontier = added.slice();
   for (let round = 0; round < iterateRounds && frontier.length > 0; round++) {
     const next: FhirResource[] = [];
-    for (const spec of include.filter((candidate) => candidate.iterate)) next.push(...keep(await followReferences(db, frontier, spec)));
-    for (const spec of revinclude.filter((candidate) => candidate.iterate)) next.push(...keep(await findReferrers(db, frontier, spec)));
+    for (const spec of include.filter((candidate) => candidate.iterate)) next.push(...keep(await followReferences(db, frontier, spec, budget)));
+    for (const spec of revinclude.filter((candidate) => candidate.iterate)) next.push(...keep(await findReferrers(db, frontier, spec, budget)));
     frontier = next;
   }
   return added;
 }
 
 /** _include: the resources that `spec.parameter` of the sources refers to ([*]: each item of an array-valued element, such as generalPractitioner). */
-async function followReferences(db: Db, sources: readonly FhirResource[], spec: Include): Promise<FhirResource[]> {
+async function followReferences(db: Db, sources: readonly FhirResource[], spec: Include, budget: Budget): Promise<FhirResource[]> {
   const ids = sources.filter((resource) => resource.resourceType === spec.sourceType).map((resource) => resource.id!);
   if (ids.length === 0) return [];
   const found: FhirResource[] = [];
   for (const path of spec.parameter.paths) {
-    const result = await sql<{ content: FhirResource }>`
+    const targets = sql`
       SELECT DISTINCT ON (target.resource_type, target.id) target.content
       FROM fhir.resources source
       CROSS JOIN LATERAL jsonb_path_query(source.content, ${`${accessor(path)}[*]`}::jsonpath) AS reference
       CROSS JOIN LATERAL regexp_match(reference ->> 'reference', '^([A-Z][A-Za-z]+)/([A-Za-z0-9.-]{1,64})$') AS parts
       JOIN fhir.resources target ON target.resource_type = parts[1] AND target.id = parts[2]
       WHERE source.resource_type = ${spec.sourceType} AND source.id = ANY(${ids})
-        AND ${spec.targetType === undefined ? sql`true` : sql`target.resource_type = ${spec.targetType}`}`.execute(db);
-    found.push(...result.rows.map((row) => row.content));
+        AND ${spec.targetType === undefined ? sql`true` : sql`target.resource_type = ${spec.targetType}`}`;
+    found.push(...(await takeWithin(db, targets, budget)));
   }
   return found;
 }
 
 /** _revinclude: resources of `spec.sourceType` whose `spec.parameter` refers to one of the targets. */
-async function findReferrers(db: Db, targets: readonly FhirResource[], spec: Include): Promise<FhirResource[]> {
+async function findReferrers(db: Db, targets: readonly FhirResource[], spec: Include, budget: Budget): Promise<FhirResource[]> {
   const references = targets
     .filter((resource) => spec.targetType === undefined || resource.resourceType === spec.targetType)
     .map((resource) => `${resource.resourceType}/${resource.id}`);
   if (references.length === 0) return [];
-  const result = await sql<{ content: FhirResource }>`
+  const referrers = sql`
     SELECT content FROM fhir.resources
     WHERE resource_type = ${spec.sourceType}
       AND content @@ ${referencesAnyOf(spec.parameter.paths, references)}::jsonpath
-    ORDER BY last_updated, id
-    LIMIT ${revincludeLimit}`.execute(db);
-  return result.rows.map((row) => row.content);
+    ORDER BY last_updated, id`;
+  return takeWithin(db, referrers, budget);
+}
+
+/** What is left of includeLimit and includeBytes for a page's includes. */
+type Budget = { resources: number; bytes: number };
+
+/**
+ * The resources `found` selects (a query with a `content` column), all of
+ * them or a 400 too-costly if they pass what is left of the budget: counted
+ * and measured in PostgreSQL, which sends no more than fits.
+ */
+async function takeWithin(db: Db, found: RawBuilder<unknown>, budget: Budget): Promise<FhirResource[]> {
+  const { rows } = await sql<{ content: FhirResource; size: number; candidates: number }>`
+    SELECT content, size, candidates FROM (
+      SELECT content, octet_length(content::text) AS size, count(*) OVER () :: int AS candidates,
+             sum(octet_length(content::text)) OVER (ROWS UNBOUNDED PRECEDING) AS running
+      FROM (${found}) found
+    ) sized
+    WHERE running <= ${budget.bytes}
+    LIMIT ${budget.resources + 1}`.execute(db);
+  const candidates = rows[0]?.candidates ?? 0;
+  if (rows.length > budget.resources || candidates > rows.length) {
+    throw new FhirError(
+      400,
+      'too-costly',
+      `The _include and _revinclude resources of this page pass ${includeLimit.toLocaleString('en')} resources or ${includeBytes / 1024 / 1024} MiB: lower _count, or include less`,
+    );
+  }
+  budget.resources -= rows.length;
+  budget.bytes -= rows.reduce((sum, row) => sum + row.size, 0);
+  return rows.map((row) => row.content);
 }
 
 async function countMatches(db: Db, where: RawBuilder<unknown>): Promise<number> {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Db } from '../../db/database.ts';
 import { enqueueNotifications, takeWaitingNotifications, type BatchEvent } from '../../db/jobs.ts';
 import type { FhirResource } from '../../db/schema.ts';
+import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate, resetFailureCount } from '../../subscriptions/state.ts';
@@ -184,11 +185,17 @@ const versionKey = (resourceType: string, id: string, versionId: number) => `${r
 async function withIncludes(context: DispatchContext, target: Target, resource: FhirResource): Promise<unknown> {
   const { include, revinclude } = resolveIncludes(target.compiled);
   if (include.length === 0 && revinclude.length === 0) return resource;
-  const related = await includedResources(context.db, [resource], include, revinclude);
   const entry = (mode: 'match' | 'include') => (item: FhirResource) => ({
     fullUrl: `${context.baseUrl}/fhir/resources/${item.resourceType}/${item.id}`,
     resource: item,
     search: { mode },
   });
-  return { resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: 1, entry: [entry('match')(resource), ...related.map(entry('include'))] };
+  const bundle = (entries: unknown[]) => ({ resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: 1, entry: [entry('match')(resource), ...entries] });
+  try {
+    return bundle((await includedResources(context.db, [resource], include, revinclude)).map(entry('include')));
+  } catch (error) {
+    // Includes past the bounds of one answer: the event still goes, saying why it comes without them.
+    if (!(error instanceof FhirError)) throw error;
+    return bundle([{ resource: error.outcome, search: { mode: 'outcome' } }]);
+  }
 }
