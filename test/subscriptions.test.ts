@@ -131,18 +131,38 @@ describe('refusals', () => {
     ['no channel.endpoint', subscription({}, { endpoint: undefined }), 'channel.endpoint is required'],
     ['a relative endpoint', subscription({}, { endpoint: '/hooks' }), 'channel.endpoint must be an absolute http or https URL'],
     ['an ftp endpoint', subscription({}, { endpoint: 'ftp://example.org/x' }), 'channel.endpoint must be an absolute http or https URL'],
-    ['a header without a colon', subscription({}, { header: ['Authorization Bearer x'] }), 'channel.header "Authorization Bearer x" is not of the form "Name: value"'],
-    ['a header with an empty value', subscription({}, { header: ['X-Empty:'] }), 'channel.header "X-Empty" is not of the form "Name: value"'],
+    // A refusal names the item, never its text: an item without a colon may be a whole secret.
+    ['a header without a colon', subscription({}, { header: ['Authorization Bearer x'] }), 'channel.header item 1 is not of the form "Name: value"'],
+    ['a header with an empty value', subscription({}, { header: ['X-Tenant: blue', 'X-Empty:'] }), 'channel.header item 2 is not of the form "Name: value"'],
     [
       'a Content-Type header',
       subscription({}, { header: ['Content-Type: text/plain'] }),
-      'channel.header must not set Content-Type: the service sets it, and a client value would break signature checks',
+      'channel.header item 1 (Content-Type) is set by the service, and a client value would break signature checks',
     ],
     [
       'an X-Hub-Signature header',
       subscription({}, { header: ['x-hub-signature: sha256=00'] }),
-      'channel.header must not set x-hub-signature: the service sets it, and a client value would break signature checks',
+      'channel.header item 1 (x-hub-signature) is set by the service, and a client value would break signature checks',
     ],
+    ...['Content-Length: 5', 'Transfer-Encoding: chunked', 'Host: internal.example', 'Connection: close', 'Upgrade: h2c'].map(
+      (item): [string, unknown, string] => [
+        `a ${item.split(':')[0]} header`,
+        subscription({}, { header: [item] }),
+        `channel.header item 1 (${item.split(':')[0]}) is about the connection, which the service's HTTP client manages`,
+      ],
+    ),
+    [
+      'a header value beyond Latin-1',
+      subscription({}, { header: ['X-Name: Zoë ✓'] }),
+      'channel.header item 1 (X-Name) has a value HTTP cannot carry (control characters, or characters beyond Latin-1)',
+    ],
+    [
+      'a header value with a control character',
+      subscription({}, { header: ['X-Name: a\rb'] }),
+      'channel.header item 1 (X-Name) has a value HTTP cannot carry (control characters, or characters beyond Latin-1)',
+    ],
+    ['10,000 headers', subscription({}, { header: Array.from({ length: 10_000 }, (_, index) => `X-H${index}: v`) }), 'channel.header has more than 50 items'],
+    ['a 1 MB header', subscription({}, { header: [`X-Big: ${'v'.repeat(1_000_000)}`] }), 'channel.header item 1 is longer than 4096 characters'],
     ['two secret headers', subscription({}, { header: ['secret: a', 'Secret: b'] }), 'channel.header has more than one secret header'],
     ['another payload', subscription({}, { payload: 'application/xml' }), 'channel.payload must be application/fhir+json'],
     [

@@ -34,22 +34,57 @@ export function asRefusal(outcome: OperationOutcome): OperationOutcome {
   return text.startsWith("ValidationError: ['") ? outcome : refusal(text).outcome;
 }
 
-/** `Name: value`, split on the first colon only: values may contain colons. */
-const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/;
+/** `Name: value`, split on the first colon only: values may contain colons (and, to be refused by name, line breaks). */
+const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/s;
 /** Headers the service sets itself; a client value would break signature checks. */
-const forbiddenHeaders = new Set(['content-type', 'x-hub-signature']);
+const serviceHeaders = new Set(['content-type', 'x-hub-signature']);
+/** Headers about the connection or the message's framing, which the HTTP client owns: a value from a client could never be sent as given. */
+const transportHeaders = new Set([
+  'content-length',
+  'transfer-encoding',
+  'host',
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'expect',
+]);
+/** What one subscription may ask to be sent with every call. */
+const maxHeaders = 50;
+const maxHeaderLength = 4096;
+/** A header value is Latin-1 text without control characters (a tab aside): what HTTP can carry. */
+const headerValuePattern = /^[\t\x20-\x7e\x80-\xff]*$/;
 const acceptedPayloads = new Set(['application/fhir+json', 'application/json']);
 
 const required = (name: string) => ({ error: (issue: { input: unknown }) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) });
 
-const header = z.string({ error: 'channel.header items must be strings of the form "Name: value"' }).superRefine((value, context) => {
-  const match = headerPattern.exec(value);
-  if (!match) {
-    context.addIssue({ code: 'custom', message: `channel.header "${value.split(':')[0]}" is not of the form "Name: value"` });
-  } else if (forbiddenHeaders.has(match[1]!.toLowerCase())) {
-    context.addIssue({ code: 'custom', message: `channel.header must not set ${match[1]}: the service sets it, and a client value would break signature checks` });
-  }
-});
+/**
+ * channel.header: items that can be sent as given. A refusal names the item
+ * by its position and its header name, never its value, which may be a secret.
+ */
+const headers = z
+  .array(z.string({ error: 'channel.header items must be strings of the form "Name: value"' }), { error: 'channel.header must be an array of strings' })
+  .max(maxHeaders, `channel.header has more than ${maxHeaders} items`)
+  .superRefine((items, context) => {
+    items.forEach((item, index) => {
+      const problem = headerProblem(item);
+      if (problem !== undefined) context.addIssue({ code: 'custom', message: `channel.header item ${index + 1} ${problem}` });
+    });
+  });
+
+function headerProblem(item: string): string | undefined {
+  if (item.length > maxHeaderLength) return `is longer than ${maxHeaderLength} characters`;
+  const match = headerPattern.exec(item);
+  if (!match) return 'is not of the form "Name: value"';
+  const name = match[1]!;
+  if (serviceHeaders.has(name.toLowerCase())) return `(${name}) is set by the service, and a client value would break signature checks`;
+  if (transportHeaders.has(name.toLowerCase())) return `(${name}) is about the connection, which the service's HTTP client manages`;
+  if (!headerValuePattern.test(match[2]!)) return `(${name}) has a value HTTP cannot carry (control characters, or characters beyond Latin-1)`;
+  return undefined;
+}
 
 const contact = z.object(
   {
@@ -71,7 +106,7 @@ const createSchema = z.object({
       type: z.string(required('channel.type')).refine((type) => type === 'rest-hook', 'Only channel=rest-hook subscriptions are supported'),
       endpoint: z.string(required('channel.endpoint')).refine(isHttpUrl, 'channel.endpoint must be an absolute http or https URL'),
       payload: z.string().refine((payload) => acceptedPayloads.has(payload), 'channel.payload must be application/fhir+json').optional(),
-      header: z.array(header, { error: 'channel.header must be an array of strings' }).optional(),
+      header: headers.optional(),
     },
     { error: 'channel is required' },
   ),
