@@ -7,6 +7,7 @@ import type { Db } from '../db/database.ts';
 import type { BatchEvent } from '../db/jobs.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
+import { shownEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { TokenProvider } from './oauth.ts';
 import { outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
@@ -182,5 +183,5 @@ export function attemptRecord(subscriptionId: string, kind: AttemptKind, event: 
 
 /** Why a call failed, for the subscription's error: the status or network error and the endpoint, or the token endpoint's failure. */
 export function describeFailure(result: CallResult, endpoint: string): string {
-  return result.failedAt === 'token-endpoint' ? (result.error ?? 'OAuth token endpoint failed') : `${result.error ?? 'failed'} from ${endpoint}`;
+  return result.failedAt === 'token-endpoint' ? (result.error ?? 'OAuth token endpoint failed') : `${result.error ?? 'failed'} from ${shownEndpoint(endpoint)}`;
 }

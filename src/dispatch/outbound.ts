@@ -32,6 +32,8 @@ export type CallOptions = {
 };
 
 const excerptLimit = 1024;
+/** Read past the excerpt by this much, so that a secret cut by its end is still found whole and redacted. */
+const excerptMargin = 4096;
 
 /** `sha256=<hex HMAC-SHA256 of the body>`, the X-Hub-Signature format. */
 export function signature(body: Buffer, secret: string): string {
@@ -72,7 +74,8 @@ export async function postWebhook(endpoint: string, body: Buffer, headers: [stri
       dispatcher: options.dispatcher,
       signal: options.signal === undefined ? AbortSignal.timeout(options.responseTimeoutMs) : AbortSignal.any([AbortSignal.timeout(options.responseTimeoutMs), options.signal]),
     });
-    const excerpt = await readExcerpt(response.body);
+    // A receiver that echoes its request must not put our headers' values (a secret, a token) into the attempt record.
+    const excerpt = redacted(await readExcerpt(response.body), sentSecrets(headers));
     const status = response.statusCode;
     const verdict = status >= 200 && status < 300 ? 'delivered' : status === 429 || status >= 500 ? 'retryable' : 'permanent';
     return {
@@ -104,12 +107,29 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown })
   for await (const chunk of body) {
     chunks.push(chunk);
     length += chunk.length;
-    if (length >= excerptLimit) break;
+    if (length >= excerptLimit + excerptMargin) break;
   }
   body.destroy();
   if (length === 0) return undefined;
-  return Buffer.concat(chunks).subarray(0, excerptLimit).toString('utf8').slice(0, excerptLimit);
+  return Buffer.concat(chunks).subarray(0, excerptLimit + excerptMargin).toString('utf8');
 }
+
+/** The values of the headers sent that could be secrets (all but ours and the trivially short), and a bearer token alone. */
+function sentSecrets(headers: readonly [string, string][]): string[] {
+  return headers
+    .filter(([name]) => name !== 'content-type' && name !== 'x-hub-signature')
+    .flatMap(([, value]) => [value, ...(/^bearer\s+/i.test(value) ? [value.replace(/^bearer\s+/i, '')] : [])])
+    .filter((value) => value.length >= 4)
+    .sort((a, b) => b.length - a.length);
+}
+
+/** The excerpt with each secret replaced by [redacted], then cut to excerptLimit characters. */
+function redacted(text: string | undefined, secrets: readonly string[]): string | undefined {
+  if (text === undefined) return undefined;
+  const clean = secrets.reduce((result, secret) => result.replaceAll(secret, '[redacted]'), text);
+  return clean.slice(0, excerptLimit);
+}
+
 
 /** Retry-After as seconds from now: a number of seconds or an HTTP date. */
 function parseRetryAfter(value: string | string[] | undefined): number | undefined {

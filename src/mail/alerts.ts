@@ -1,5 +1,6 @@
 import { createTransport } from 'nodemailer';
 import type { Logger } from 'pino';
+import { shownEndpoint } from '../subscriptions/endpoints.ts';
 
 /**
  * What the contacts of a subscription that delivery failures moved to `error`
@@ -64,7 +65,7 @@ function alertText(alert: DeactivationAlert): string {
   const facts: [string, string][] = [
     ['Subscription', alert.subscriptionId],
     ['Criteria', alert.criteria],
-    ['Endpoint', alert.endpoint],
+    ['Endpoint', shownEndpoint(alert.endpoint)],
     ['HTTP status', alert.httpStatus === undefined ? 'no HTTP response' : String(alert.httpStatus)],
     ['Error', alert.errorMessage],
     ['Undelivered resource', alert.undeliveredResourceUrl ?? 'none recorded'],
