@@ -170,3 +170,30 @@ describe('bounds on one answer', () => {
     expect(fewer.statusCode).toBe(200);
   });
 });
+
+describe('what answers and logs show', () => {
+  it('every answer says nosniff and no-store', async () => {
+    for (const path of ['/Patient?name=x', '/Subscription', '/metadata']) {
+      const response = await t.fhir('GET', path);
+      expect(response.headers).toMatchObject({ 'x-content-type-options': 'nosniff', 'cache-control': 'no-store', 'x-frame-options': 'DENY' });
+    }
+  });
+
+  it('logs a search by its path, without the query string that can carry patient data', async () => {
+    const { createLogger } = await import('../src/config/logger.ts');
+    const { buildApp } = await import('../src/api/app.ts');
+    const lines: string[] = [];
+    const logger = createLogger('debug', { write: (line: string) => lines.push(line) });
+    const app = await buildApp({ database: t.database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32, 7), logger });
+    try {
+      await app.inject({ method: 'GET', url: '/fhir/resources/Patient?name=Jane-Doe-1970&birthdate=1970-01-01', headers: { 'x-api-key': t.apiKey } });
+      const log = lines.join('');
+      expect(log).toContain('/fhir/resources/Patient');
+      expect(log).not.toContain('Jane-Doe');
+      expect(log).not.toContain('1970-01-01');
+      expect(log).not.toContain(t.apiKey);
+    } finally {
+      await app.close();
+    }
+  });
+});

@@ -44,6 +44,13 @@ export async function buildApp({ database, baseUrl, webhookNamingSystem, secrets
   });
   app.setValidatorCompiler(validatorCompiler);
   installJsonBodyParser(app);
+  // Answers carry patient data and subscription secrets: never sniffed as another type, never cached, never framed.
+  app.addHook('onSend', async (_request, reply) => {
+    reply.header('x-content-type-options', 'nosniff');
+    reply.header('x-frame-options', 'DENY');
+    reply.header('referrer-policy', 'no-referrer');
+    if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
+  });
   installErrorHandlers(app);
 
   await app.register(swagger, {

@@ -22,19 +22,29 @@ export function describeError(error: unknown): string {
 }
 
 /**
+ * An HTTP request as a log line shows it: method and path, without the query
+ * string (a search's values can be patient data), and the client's address.
+ */
+function requestFields(request: { method?: string; url?: string; ip?: string }): Record<string, unknown> {
+  return { method: request.method, url: request.url?.split('?')[0], remoteAddress: request.ip };
+}
+
+/**
  * The process logger: JSON lines, or readable one-line events when stdout is a
  * terminal. Errors under `err` or `error` are logged as message and code;
- * credentials are redacted wherever they could appear.
+ * credentials are redacted wherever they could appear. `destination`, for
+ * tests: where the JSON lines go instead of stdout.
  */
-export function createLogger(level: Config['logLevel']): Logger {
+export function createLogger(level: Config['logLevel'], destination?: pino.DestinationStream): Logger {
   const options: pino.LoggerOptions = {
     level,
-    serializers: { err: errorFields, error: errorFields },
+    serializers: { err: errorFields, error: errorFields, req: requestFields },
     redact: {
       paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'headers["x-api-key"]', 'headers.authorization'],
       censor: '[redacted]',
     },
   };
+  if (destination !== undefined) return pino(options, destination);
   if (!process.stdout.isTTY) return pino(options);
   // Synchronous, in this thread: nothing is lost when the process exits right after a line.
   return pino(options, pretty({ sync: true, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' }));

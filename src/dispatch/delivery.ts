@@ -105,6 +105,9 @@ export async function call(context: DispatchContext, target: Target, resource: u
     responseTimeoutMs: context.delivery.responseTimeoutMs,
     ...(signal === undefined ? {} : { signal }),
   });
+  if (result.refusedAddress !== undefined) {
+    context.logger.warn({ subscriptionId: target.id, address: result.refusedAddress, error: result.error }, 'SSRF guard refused a delivery address');
+  }
   // Only the abort itself: an answer that came in just before it stands.
   if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
     throw new ShutdownAbort(`the call to ${target.endpoint} was cut short by the worker's shutdown; the job runs again`);

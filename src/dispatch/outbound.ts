@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
+import { ForbiddenAddressError } from './ssrf.ts';
 
 /**
  * One outbound webhook call: the exact bytes, signed, with the subscription's
@@ -21,6 +22,8 @@ export type CallResult = {
   durationMs: number;
   /** Whose failure it was: the subscriber's endpoint, or the OAuth token endpoint before any call. */
   failedAt?: 'token-endpoint';
+  /** The address the SSRF guard refused, for the operator's log only: `error` does not name it. */
+  refusedAddress?: string;
 };
 
 export type CallOptions = {
@@ -88,11 +91,15 @@ export async function postWebhook(endpoint: string, body: Buffer, headers: [stri
       durationMs: elapsed(),
     };
   } catch (error) {
-    const refused = error instanceof Error && causes(error).some((cause) => cause.name === 'ForbiddenAddressError');
+    const refused = error instanceof Error ? causes(error).find((cause): cause is ForbiddenAddressError => cause instanceof ForbiddenAddressError) : undefined;
     return {
       verdict: refused ? 'permanent' : 'retryable',
       httpStatus: undefined,
-      error: describeNetworkError(error),
+      // What the subscriber (who reads the error) may know: that the address is not public, not which inside address its name resolved to.
+      error: refused
+        ? `refused: the endpoint's address is not public (${refused.reason}); set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true only for development`
+        : describeNetworkError(error),
+      ...(refused ? { refusedAddress: refused.address } : {}),
       responseExcerpt: undefined,
       retryAfterSeconds: undefined,
       startedAt,
