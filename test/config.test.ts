@@ -22,6 +22,7 @@ describe('configuration from the environment', () => {
         concurrency: 64,
         parallelCalls: 8,
         allowPrivateNetworks: false,
+        standardSignatures: false,
         logRetentionDays: 30,
       },
       mail: { smtpUrl: undefined, from: 'webhooks@localhost' },

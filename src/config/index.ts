@@ -38,6 +38,7 @@ const environmentSchema = z.object({
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
   DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
+  WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
   ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),
   OAUTH_TOKEN_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
@@ -75,6 +76,8 @@ export type Config = Readonly<{
     parallelCalls: number;
     /** Turns the SSRF guard off (development only). */
     allowPrivateNetworks: boolean;
+    /** Also sign with the Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature). */
+    standardSignatures: boolean;
     logRetentionDays: number;
   }>;
   /** Alert e-mail; without smtpUrl alerts are logged and recorded, not sent. */
@@ -119,6 +122,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       concurrency: env.WORKER_CONCURRENCY,
       parallelCalls: env.DELIVERY_PARALLEL_CALLS,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+      standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
     },
     mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM },

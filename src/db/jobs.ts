@@ -32,6 +32,11 @@ export type ResourceEvent = z.infer<typeof resourceEvent>;
 export const batchEvent = resourceEvent.omit({ subscriptionId: true });
 export type BatchEvent = z.infer<typeof batchEvent>;
 
+/** What an event is, as one string ("Patient/7/_history/3"): a version, a deletion being a version of its own. */
+export function eventKey({ resourceType, resourceId, versionId }: BatchEvent): string {
+  return `${resourceType}/${resourceId}/_history/${versionId}`;
+}
+
 /** At most this many events in one notification_delivery job (the triggers' batch_size). */
 export const maxBatchSize = 100;
 

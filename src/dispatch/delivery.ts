@@ -10,7 +10,7 @@ import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { TokenProvider } from './oauth.ts';
-import { outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
+import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
@@ -76,10 +76,13 @@ export class ShutdownAbort extends Error {
 
 /**
  * Sends a FHIR body to the subscriber, signed, with an OAuth token when
- * configured. `signal` is the job's: a graceful shutdown that outlasts
- * graphile-worker's patience (5 s) aborts the call, and ShutdownAbort is thrown.
+ * configured. `message` says what it is ("handshake", "Patient/1/_history/2"):
+ * the Standard Webhooks webhook-id, when those headers are on, is made from
+ * it, the same for every retry. `signal` is the job's: a graceful shutdown
+ * that outlasts graphile-worker's patience (5 s) aborts the call, and
+ * ShutdownAbort is thrown.
  */
-export async function call(context: DispatchContext, target: Target, resource: unknown, signal?: AbortSignal): Promise<CallResult> {
+export async function call(context: DispatchContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
   const body = Buffer.from(JSON.stringify(resource));
   let token: string | undefined;
   if (context.tokens) {
@@ -100,7 +103,8 @@ export async function call(context: DispatchContext, target: Target, resource: u
       };
     }
   }
-  const result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token), {
+  const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
+  const result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
     dispatcher: context.dispatcher,
     responseTimeoutMs: context.delivery.responseTimeoutMs,
     ...(signal === undefined ? {} : { signal }),

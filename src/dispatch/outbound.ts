@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
 import { ForbiddenAddressError } from './ssrf.ts';
 
@@ -44,24 +44,55 @@ export function signature(body: Buffer, secret: string): string {
 }
 
 /**
+ * The Standard Webhooks headers (standardwebhooks.com), keyed with the same
+ * secret's UTF-8 bytes: `webhook-id` (the same for every retry of one
+ * message), `webhook-timestamp` (when this try was sent, in seconds) and
+ * `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`), so
+ * that a receiver can refuse a replayed call. Verify with the Standard
+ * Webhooks libraries: `new Webhook(secret, { format: 'raw' }).verify(body, headers)`.
+ */
+export function standardWebhookHeaders(messageId: string, body: Buffer, secret: string, now = new Date()): [string, string][] {
+  const timestamp = String(Math.floor(now.getTime() / 1000));
+  const signed = createHmac('sha256', secret).update(`${messageId}.${timestamp}.`).update(body).digest('base64');
+  return [
+    ['webhook-id', messageId],
+    ['webhook-timestamp', timestamp],
+    ['webhook-signature', `v1,${signed}`],
+  ];
+}
+
+/** A message's webhook-id: what the message is (a subscription's event or handshake), hashed, the same for every retry. */
+export function messageId(subscriptionId: string, message: string): string {
+  return `msg_${createHash('sha256').update(`${subscriptionId} ${message}`).digest('base64url').slice(0, 27)}`;
+}
+
+/**
  * The request headers: every channel.header item verbatim (split on the first
  * colon only: values may contain colons), then the service's own, which no
- * client header can override, then an OAuth bearer replacing any client Authorization.
+ * client header can override, then an OAuth bearer replacing any client
+ * Authorization; with `standard`, the Standard Webhooks headers too.
  */
-export function outboundHeaders(channelHeaders: readonly string[], body: Buffer, secret: string, bearerToken: string | undefined): [string, string][] {
+export function outboundHeaders(
+  channelHeaders: readonly string[],
+  body: Buffer,
+  secret: string,
+  bearerToken: string | undefined,
+  standard?: { messageId: string },
+): [string, string][] {
   const headers: [string, string][] = channelHeaders.map((item) => {
     const colon = item.indexOf(':');
     return [item.slice(0, colon).trim(), item.slice(colon + 1).trim()];
   });
   const kept = headers.filter(([name]) => {
     const lower = name.toLowerCase();
-    return lower !== 'content-type' && lower !== 'x-hub-signature' && !(bearerToken !== undefined && lower === 'authorization');
+    return lower !== 'content-type' && lower !== 'x-hub-signature' && !lower.startsWith('webhook-') && !(bearerToken !== undefined && lower === 'authorization');
   });
   return [
     ...kept,
     ['content-type', 'application/fhir+json'],
     ['x-hub-signature', signature(body, secret)],
     ...(bearerToken === undefined ? [] : ([['authorization', `Bearer ${bearerToken}`]] as [string, string][])),
+    ...(standard === undefined ? [] : standardWebhookHeaders(standard.messageId, body, secret)),
   ];
 }
 
@@ -124,7 +155,7 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown })
 /** The values of the headers sent that could be secrets (all but ours and the trivially short), and a bearer token alone. */
 function sentSecrets(headers: readonly [string, string][]): string[] {
   return headers
-    .filter(([name]) => name !== 'content-type' && name !== 'x-hub-signature')
+    .filter(([name]) => name !== 'content-type' && name !== 'x-hub-signature' && !name.startsWith('webhook-'))
     .flatMap(([, value]) => [value, ...(/^bearer\s+/i.test(value) ? [value.replace(/^bearer\s+/i, '')] : [])])
     .filter((value) => value.length >= 4)
     .sort((a, b) => b.length - a.length);

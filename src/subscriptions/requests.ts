@@ -37,7 +37,7 @@ export function asRefusal(outcome: OperationOutcome): OperationOutcome {
 /** `Name: value`, split on the first colon only: values may contain colons (and, to be refused by name, line breaks). */
 const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/s;
 /** Headers the service sets itself; a client value would break signature checks. */
-const serviceHeaders = new Set(['content-type', 'x-hub-signature']);
+const serviceHeaders = new Set(['content-type', 'x-hub-signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
 /** Headers about the connection or the message's framing, which the HTTP client owns: a value from a client could never be sent as given. */
 const transportHeaders = new Set([
   'content-length',

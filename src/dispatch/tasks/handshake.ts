@@ -10,7 +10,7 @@ import { call, describeFailure, handshakeBundle, loadTarget, recordAttempt, retr
 export async function handshake(context: DispatchContext, { subscriptionId, attempt = 1 }: JobPayload<'subscription_handshake'>, signal?: AbortSignal): Promise<void> {
   const target = await loadTarget(context, subscriptionId);
   if (target?.status !== 'requested') return;
-  const result = await call(context, target, handshakeBundle(context, target), signal);
+  const result = await call(context, target, handshakeBundle(context, target), 'handshake', signal);
   await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
       await activate(db, target.id);

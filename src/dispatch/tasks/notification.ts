@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../../db/database.ts';
-import { enqueueNotifications, takeWaitingNotifications, type BatchEvent } from '../../db/jobs.ts';
+import { enqueueNotifications, eventKey, takeWaitingNotifications, type BatchEvent } from '../../db/jobs.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
@@ -30,7 +30,7 @@ export async function notification(context: DispatchContext, jobId: string, sign
   // Only active subscriptions deliver; a retry of a subscription gone to error or off stops here.
   if (target?.status !== 'active') return;
   const bodies = await notificationBodies(context, target, batch.events);
-  const results = await send(context, target, bodies, signal);
+  const results = await send(context, target, bodies, batch.events.map(eventKey), signal);
   await settle(context, target, judge(context, target, batch.events, results));
 }
 
@@ -42,7 +42,7 @@ type Sent = CallResult | 'gone' | 'unsent';
  * in the batch's order. Stops starting calls after a retryable failure, or
  * when the worker shuts down (the call cut short counts as not sent).
  */
-async function send(context: DispatchContext, target: Target, bodies: unknown[], signal?: AbortSignal): Promise<Sent[]> {
+async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], signal?: AbortSignal): Promise<Sent[]> {
   const results: Sent[] = bodies.map(() => 'unsent');
   let next = 0;
   let stop = false;
@@ -56,7 +56,7 @@ async function send(context: DispatchContext, target: Target, bodies: unknown[],
       }
       let result: CallResult;
       try {
-        result = await call(context, target, body, signal);
+        result = await call(context, target, body, messages[index]!, signal);
       } catch (error) {
         if (!(error instanceof ShutdownAbort)) throw error;
         stop = true;

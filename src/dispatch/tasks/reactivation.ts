@@ -1,5 +1,5 @@
 import type { Db } from '../../db/database.ts';
-import { enqueueNotifications, type ResourceEvent } from '../../db/jobs.ts';
+import { enqueueNotifications, eventKey, type ResourceEvent } from '../../db/jobs.ts';
 import { failReactivation, isSuperseded, reactivate } from '../../subscriptions/state.ts';
 import { call, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
 
@@ -17,7 +17,7 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
   if (target?.status === 'active') return deliver(context.db);
   if (target?.status !== 'error') return;
   if (await isSuperseded(context.db, target.id)) return;
-  const result = await call(context, target, handshakeBundle(context, target), signal);
+  const result = await call(context, target, handshakeBundle(context, target), `reactivation handshake for ${eventKey(batchEvent)}`, signal);
   await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
       if (await reactivate(db, target.id)) await deliver(db);
