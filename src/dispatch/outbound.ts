@@ -139,13 +139,22 @@ export async function postWebhook(endpoint: string, body: Buffer, headers: [stri
   }
 }
 
+/**
+ * The start of the answer's body. The verdict is the status's: a body that
+ * stalls or breaks off after it (a Content-Length never met) ends the excerpt
+ * where it stopped, at the latest when the response budget runs out.
+ */
 async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown }): Promise<string | undefined> {
   const chunks: Buffer[] = [];
   let length = 0;
-  for await (const chunk of body) {
-    chunks.push(chunk);
-    length += chunk.length;
-    if (length >= excerptLimit + excerptMargin) break;
+  try {
+    for await (const chunk of body) {
+      chunks.push(chunk);
+      length += chunk.length;
+      if (length >= excerptLimit + excerptMargin) break;
+    }
+  } catch {
+    // Aborted by the response budget, or the connection closed: what arrived is the excerpt.
   }
   body.destroy();
   if (length === 0) return undefined;
