@@ -22,6 +22,12 @@ import type { CallResult } from '../outbound.ts';
  * in a row refused for good (DELIVERY_MAX_FAILURES of them deactivate). After
  * a retryable failure no new call starts: the subscriber is likely down, and
  * the events not yet sent wait for the retry with the failed ones.
+ *
+ * Order per resource: a subscriber never receives a version of a resource
+ * after a newer one. Of the versions of one resource in a batch only the
+ * newest is sent, and a version is skipped once the subscriber was called
+ * with a newer one (a retry that comes after the next version): the newest
+ * version carries the resource's state.
  */
 export async function notification(context: DispatchContext, jobId: string, signal?: AbortSignal): Promise<void> {
   // Under load, single-event jobs queue up behind each other: the job takes them along.
@@ -29,9 +35,38 @@ export async function notification(context: DispatchContext, jobId: string, sign
   const target = await loadTarget(context, batch.subscriptionId);
   // Only active subscriptions deliver; a retry of a subscription gone to error or off stops here.
   if (target?.status !== 'active') return;
-  const bodies = await notificationBodies(context, target, batch.events);
-  const results = await send(context, target, bodies, batch.events.map(eventKey), signal);
-  await settle(context, target, judge(context, target, batch.events, results));
+  const events = await withoutSuperseded(context.db, target.id, batch.events);
+  if (events.length === 0) return;
+  const bodies = await notificationBodies(context, target, events);
+  const results = await send(context, target, bodies, events.map(eventKey), signal);
+  await settle(context, target, judge(context, target, events, results));
+}
+
+/**
+ * The events still to send: of several versions of a resource, the newest,
+ * and none older than a version the subscriber was already called with
+ * (whatever it answered: a newer version it refused or will get again).
+ */
+async function withoutSuperseded(db: Db, subscriptionId: string, events: BatchEvent[]): Promise<BatchEvent[]> {
+  const newest = new Map<string, BatchEvent>();
+  for (const event of events) {
+    const key = `${event.resourceType}/${event.resourceId}`;
+    if ((newest.get(key)?.versionId ?? 0) < event.versionId) newest.set(key, event);
+  }
+  const candidates = [...newest.values()];
+  const called = await db
+    .selectFrom('webhook.delivery_attempts')
+    .select(['resource_type', 'resource_id'])
+    .select((eb) => eb.fn.max('version_id').as('version_id'))
+    .where('subscription_id', '=', subscriptionId)
+    .where('kind', '=', 'notification')
+    .where((eb) =>
+      eb.or(candidates.map((event) => eb.and([eb('resource_type', '=', event.resourceType), eb('resource_id', '=', event.resourceId), eb('version_id', '>', event.versionId)]))),
+    )
+    .groupBy(['resource_type', 'resource_id'])
+    .execute();
+  const overtaken = new Set(called.map((row) => `${row.resource_type}/${row.resource_id}`));
+  return events.filter((event) => newest.get(`${event.resourceType}/${event.resourceId}`) === event && !overtaken.has(`${event.resourceType}/${event.resourceId}`));
 }
 
 /** What became of each event: its call's result, `gone` (its version was deleted), or `unsent`. */
