@@ -97,6 +97,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       webhookNamingSystem: config.webhookNamingSystem,
       secretsEncryptionKey: secretsKey,
       logger,
+      rateLimitPerMinute: config.apiRateLimitPerMinute,
     });
     closers.push(() => app.close());
     // Fastify logs the address, once: in the service's words.

@@ -14,6 +14,7 @@ describe('configuration from the environment', () => {
       embeddedDataDir: '.data',
       webhookNamingSystem: 'webhook',
       secretsEncryptionKey: undefined,
+      apiRateLimitPerMinute: 6000,
       delivery: {
         retryDelaysMs: [10_000, 60_000],
         maxFailures: 3,

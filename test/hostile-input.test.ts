@@ -197,3 +197,33 @@ describe('what answers and logs show', () => {
     }
   });
 });
+
+describe('rate limit per API key', () => {
+  it('answers 429 throttled with Retry-After past the per-minute limit of one key, and leaves other keys alone', async () => {
+    const { buildApp } = await import('../src/api/app.ts');
+    const { createApiKey } = await import('../src/auth/api-keys.ts');
+    const pino = (await import('pino')).default;
+    const app = await buildApp({
+      database: t.database,
+      baseUrl: 'http://fhir.test',
+      webhookNamingSystem: 'webhook',
+      secretsEncryptionKey: Buffer.alloc(32, 7),
+      logger: pino({ level: 'silent' }),
+      rateLimitPerMinute: 3,
+    });
+    const { key: other } = await createApiKey(t.database.db, 'another client');
+    try {
+      const get = (key: string) => app.inject({ method: 'GET', url: '/fhir/resources/metadata', headers: { 'x-api-key': key } });
+      for (let request = 0; request < 3; request++) expect((await get(t.apiKey)).statusCode).toBe(200);
+      const throttled = await get(t.apiKey);
+      expect(throttled.statusCode).toBe(429);
+      expect(Number(throttled.headers['retry-after'])).toBeGreaterThan(0);
+      expect(throttled.json()).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'throttled', details: { text: expect.stringMatching(/More than 3 requests in a minute/) } }] });
+      expect((await get(other)).statusCode).toBe(200);
+      // Health checks are not counted: they have no key.
+      for (let request = 0; request < 5; request++) expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    } finally {
+      await app.close();
+    }
+  });
+});

@@ -1,3 +1,4 @@
+import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { createServer } from 'node:http';
@@ -5,6 +6,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
 import packageJson from '../../package.json' with { type: 'json' };
 import type { DatabaseHandle } from '../db/database.ts';
+import { FhirError } from '../fhir/outcome.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers } from './errors.ts';
@@ -27,6 +29,8 @@ export type AppOptions = {
   logger: FastifyBaseLogger;
   /** How long a client may take to send a whole request (default 30 s): a body trickled byte by byte is cut off. */
   requestTimeoutMs?: number;
+  /** Requests per minute per API key (default 6,000). */
+  rateLimitPerMinute?: number;
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -34,7 +38,15 @@ const bodyLimit = 10 * 1024 * 1024;
 
 export const fhirBasePath = '/fhir/resources';
 
-export async function buildApp({ database, baseUrl, webhookNamingSystem, secretsEncryptionKey, logger, requestTimeoutMs = 30_000 }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp({
+  database,
+  baseUrl,
+  webhookNamingSystem,
+  secretsEncryptionKey,
+  logger,
+  requestTimeoutMs = 30_000,
+  rateLimitPerMinute = 6000,
+}: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger,
     bodyLimit,
@@ -70,6 +82,14 @@ export async function buildApp({ database, baseUrl, webhookNamingSystem, secrets
   await app.register(
     async (fhir) => {
       requireApiKey(fhir, database.db);
+      // After authentication (its hook comes first): counted per key, so one client cannot starve the others.
+      await fhir.register(rateLimit, {
+        max: rateLimitPerMinute,
+        timeWindow: 60_000,
+        keyGenerator: (request) => request.apiKey?.id ?? request.ip,
+        errorResponseBuilder: (_request, context) =>
+          new FhirError(429, 'throttled', `More than ${context.max} requests in a minute with this API key: retry after ${context.after}`),
+      });
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });

@@ -20,6 +20,7 @@ const environmentSchema = z.object({
   BASE_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
   BOOTSTRAP_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
   MIGRATE_ON_START: booleanFlag.default(true),
+  API_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(6000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EMBEDDED_DATA_DIR: z.string().min(1).default('.data'),
   WEBHOOK_NAMING_SYSTEM: z
@@ -57,6 +58,8 @@ export type Config = Readonly<{
   baseUrl: string;
   bootstrapApiKey: string | undefined;
   migrateOnStart: boolean;
+  /** Requests one API key may make per minute; past it, 429 with Retry-After. */
+  apiRateLimitPerMinute: number;
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
   /** Where the embedded PostgreSQL keeps its data when DATABASE_URL is unset. */
   embeddedDataDir: string;
@@ -110,6 +113,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     baseUrl: (env.BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
     bootstrapApiKey: env.BOOTSTRAP_API_KEY,
     migrateOnStart: env.MIGRATE_ON_START,
+    apiRateLimitPerMinute: env.API_RATE_LIMIT_PER_MINUTE,
     logLevel: env.LOG_LEVEL,
     embeddedDataDir: env.EMBEDDED_DATA_DIR,
     webhookNamingSystem: env.WEBHOOK_NAMING_SYSTEM,
