@@ -127,6 +127,7 @@ async function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (be
 /** Creates subscriptions as a client does (their handshakes are the workers'), and waits until all are active. */
 async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promise<string[]> {
   const paths = criteria.map(() => `${under}/${randomBytes(4).toString('hex')}`);
+  const { id: apiKeyId } = await createApiKey(bench.database.db, 'bench');
   for (const [index, text] of criteria.entries()) {
     await submitSubscription(bench.database.db, bench.context, {
       resourceType: 'Subscription',
@@ -134,7 +135,7 @@ async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promis
       criteria: text,
       reason: 'bench',
       channel: { type: 'rest-hook', endpoint: `http://127.0.0.1:${bench.receiver.port}${paths[index]}`, payload: 'application/fhir+json', header: [`secret: ${secret}`] },
-    });
+    }, { apiKeyId, admin: true });
   }
   await until(
     async () => (await bench.database.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM webhook.subscriptions WHERE status = 'active' AND criteria = ANY($1)`, [criteria])).rows[0]!.n === criteria.length,

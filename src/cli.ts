@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Command, CommanderError } from 'commander';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { createApiKey, listApiKeys, revokeApiKey } from './auth/api-keys.ts';
+import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, type ApiKeyScope } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
@@ -50,10 +50,18 @@ function commandLine(): Command {
     .command('create')
     .description('create an API key and print it once (only its hash is stored)')
     .requiredOption('--name <name>', 'who or what the key is for')
-    .action((options: { name: string }) =>
+    .option(
+      '--scopes <scopes>',
+      'comma list of read (GET, searches), write (creates, updates, deletes, Bundles, subscriptions), admin (every subscription, not only its own)',
+      'read,write',
+    )
+    .action((options: { name: string; scopes: string }) =>
       withDatabase(async ({ db }) => {
-        const { id, key } = await createApiKey(db, options.name);
-        console.log(`Created API key ${id} (${options.name}).\nAPI key: ${key}\nIt is stored only as a hash: keep it now.`);
+        const scopes = options.scopes.split(',').map((scope) => scope.trim());
+        const unknown = scopes.filter((scope) => !(apiKeyScopes as readonly string[]).includes(scope));
+        if (unknown.length > 0 || scopes.length === 0) throw new CommandError(`Unknown scope ${unknown.join(', ')}: use read, write and admin.`);
+        const { id, key } = await createApiKey(db, options.name, scopes as ApiKeyScope[]);
+        console.log(`Created API key ${id} (${options.name}, scopes ${scopes.join(', ')}).\nAPI key: ${key}\nIt is stored only as a hash: keep it now.`);
       }),
     );
   apiKey
@@ -65,9 +73,10 @@ function commandLine(): Command {
           key.id,
           key.createdAt.toISOString(),
           key.revokedAt ? `revoked ${key.revokedAt.toISOString()}` : 'active',
+          key.scopes.join(','),
           key.name,
         ]);
-        console.log(rows.length === 0 ? 'No API keys.' : table(['ID', 'CREATED', 'STATE', 'NAME'], rows));
+        console.log(rows.length === 0 ? 'No API keys.' : table(['ID', 'CREATED', 'STATE', 'SCOPES', 'NAME'], rows));
       }),
     );
   apiKey

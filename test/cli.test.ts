@@ -56,7 +56,7 @@ describe('npm start with no DATABASE_URL, as a newcomer runs it', () => {
 
     const keys = await cli('api-key', 'list');
     expect(keys.exitCode).toBe(0);
-    expect(keys.output).toMatch(/^ID\s+CREATED\s+STATE\s+NAME\n[0-9a-f-]{36}\s+\S+Z\s+active\s+first start\n$/);
+    expect(keys.output).toMatch(/^ID\s+CREATED\s+STATE\s+SCOPES\s+NAME\n[0-9a-f-]{36}\s+\S+Z\s+active\s+read,write,admin\s+first start\n$/);
 
     const psql = await cli('psql', '-At', '-c', 'SELECT count(*) FROM webhook.api_keys');
     if (psqlInstalled()) expect(psql).toMatchObject({ exitCode: 0, output: expect.stringMatching(/^1$/m) });

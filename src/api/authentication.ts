@@ -1,12 +1,13 @@
-import type { FastifyInstance } from 'fastify';
-import { findActiveApiKey } from '../auth/api-keys.ts';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Caller } from '../subscriptions/store.ts';
+import { findActiveApiKey, type ApiKeyIdentity, type ApiKeyScope } from '../auth/api-keys.ts';
 import type { Db } from '../db/database.ts';
 import { FhirError } from '../fhir/outcome.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The API key that authenticated the request (its id and name, never the key). */
-    apiKey?: { id: string; name: string };
+    /** The API key that authenticated the request (its id, name and scopes, never the key). */
+    apiKey?: ApiKeyIdentity;
   }
 }
 
@@ -19,6 +20,20 @@ export function requireApiKey(app: FastifyInstance, db: Db): void {
     }
     const apiKey = await findActiveApiKey(db, key);
     if (!apiKey) throw new FhirError(401, 'security', 'Unknown or revoked API key');
+    const needed = scopeNeeded(request.method, request.url);
+    if (!apiKey.scopes.includes(needed)) throw new FhirError(403, 'forbidden', `This API key lacks the ${needed} scope (it has ${apiKey.scopes.join(', ')})`);
     request.apiKey = apiKey;
   });
+}
+
+/** read for GET, HEAD and searches by POST (…/_search); write for anything else. */
+function scopeNeeded(method: string, url: string): ApiKeyScope {
+  if (method === 'GET' || method === 'HEAD') return 'read';
+  return method === 'POST' && /\/_search(\?|$)/.test(url) ? 'read' : 'write';
+}
+
+/** Whose subscriptions a request may see and switch off: its key's own, or all with the admin scope. */
+export function callerOf(request: FastifyRequest): Caller {
+  const key = request.apiKey!;
+  return { apiKeyId: key.id, admin: key.scopes.includes('admin') };
 }

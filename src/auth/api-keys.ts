@@ -1,7 +1,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db } from '../db/database.ts';
+import type { ApiKeyScope } from '../db/schema.ts';
 
-export type ApiKeyInfo = { id: string; name: string; createdAt: Date; revokedAt: Date | null };
+export type { ApiKeyScope };
+export const apiKeyScopes: readonly ApiKeyScope[] = ['read', 'write', 'admin'];
+
+export type ApiKeyInfo = { id: string; name: string; createdAt: Date; revokedAt: Date | null; scopes: ApiKeyScope[] };
+
+/** The key that authenticated a request: who it is and what it may do. */
+export type ApiKeyIdentity = { id: string; name: string; scopes: ApiKeyScope[] };
 
 /** A new key: a recognisable prefix and 256 random bits. */
 export function generateApiKey(): string {
@@ -12,20 +19,20 @@ function sha256(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
-/** Registers `key` (only its digest is stored). Registering a known key again changes nothing. */
+/** Registers `key` with every scope (only its digest is stored): the bootstrap key. Registering a known key again changes nothing. */
 export async function registerApiKey(db: Db, name: string, key: string): Promise<void> {
   await db
     .insertInto('webhook.api_keys')
-    .values({ name, key_sha256: sha256(key), revoked_at: null })
+    .values({ name, key_sha256: sha256(key), revoked_at: null, scopes: [...apiKeyScopes] })
     .onConflict((conflict) => conflict.column('key_sha256').doNothing())
     .execute();
 }
 
-export async function createApiKey(db: Db, name: string): Promise<{ id: string; key: string }> {
+export async function createApiKey(db: Db, name: string, scopes: readonly ApiKeyScope[] = apiKeyScopes): Promise<{ id: string; key: string }> {
   const key = generateApiKey();
   const { id } = await db
     .insertInto('webhook.api_keys')
-    .values({ name, key_sha256: sha256(key), revoked_at: null })
+    .values({ name, key_sha256: sha256(key), revoked_at: null, scopes: [...scopes] })
     .returning('id')
     .executeTakeFirstOrThrow();
   return { id, key };
@@ -34,10 +41,10 @@ export async function createApiKey(db: Db, name: string): Promise<{ id: string; 
 export async function listApiKeys(db: Db): Promise<ApiKeyInfo[]> {
   const rows = await db
     .selectFrom('webhook.api_keys')
-    .select(['id', 'name', 'created_at', 'revoked_at'])
+    .select(['id', 'name', 'created_at', 'revoked_at', 'scopes'])
     .orderBy('created_at')
     .execute();
-  return rows.map((row) => ({ id: row.id, name: row.name, createdAt: row.created_at, revokedAt: row.revoked_at }));
+  return rows.map((row) => ({ id: row.id, name: row.name, createdAt: row.created_at, revokedAt: row.revoked_at, scopes: row.scopes }));
 }
 
 /** Revokes a key by id; false when no unrevoked key has that id. */
@@ -52,10 +59,10 @@ export async function revokeApiKey(db: Db, id: string): Promise<boolean> {
 }
 
 /** The unrevoked key matching `key`, if any. */
-export async function findActiveApiKey(db: Db, key: string): Promise<{ id: string; name: string } | undefined> {
+export async function findActiveApiKey(db: Db, key: string): Promise<ApiKeyIdentity | undefined> {
   return db
     .selectFrom('webhook.api_keys')
-    .select(['id', 'name'])
+    .select(['id', 'name', 'scopes'])
     .where('key_sha256', '=', sha256(key))
     .where('revoked_at', 'is', null)
     .executeTakeFirst();

@@ -29,7 +29,11 @@ export interface ApiKeysTable {
   key_sha256: string;
   created_at: Generated<Date>;
   revoked_at: Date | null;
+  scopes: Generated<ApiKeyScope[]>;
 }
+
+/** What a key may do (migration 0013): read, write, and admin (every subscription, not only its own). */
+export type ApiKeyScope = 'read' | 'write' | 'admin';
 
 export type SubscriptionStatus = 'requested' | 'active' | 'error' | 'off';
 
@@ -43,6 +47,8 @@ export interface SubscriptionsTable {
   compiled_criteria: ColumnType<unknown, string, string>;
   match: string | null;
   match_deleted: string | null;
+  /** The API key that created it; null before migration 0013. */
+  created_by_api_key: string | null;
   /** RelatedCondition[] (src/search/jsonpath.ts) as JSON text, or null. */
   related_match: ColumnType<unknown, string | null, string | null>;
   endpoint: string;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { FhirError, badRequest, type OperationOutcome } from '../fhir/outcome.ts';
-import { readSubscription, submitSubscription, subscriptionsAreImmutable, type SubscriptionContext } from '../subscriptions/store.ts';
+import { readSubscription, submitSubscription, subscriptionsAreImmutable, type Caller, type SubscriptionContext } from '../subscriptions/store.ts';
 import {
   assertResourceBody,
   assertResourceId,
@@ -81,9 +81,10 @@ export async function processBundle(
   bundle: ProcessableBundle,
   serviceBase: string,
   subscriptions: SubscriptionContext,
+  caller: Caller,
 ): Promise<FhirResource> {
   const urnTargets = assignUrnIds(bundle.entry);
-  const context = { serviceBase, subscriptions, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
+  const context = { serviceBase, subscriptions, caller, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
 
   if (bundle.type === 'transaction') {
     const responses = await db.transaction().execute(async (transaction) => {
@@ -150,6 +151,8 @@ function referenceRewriter(urnTargets: Map<number, UrnTarget>): (value: unknown)
 type EntryContext = {
   serviceBase: string;
   subscriptions: SubscriptionContext;
+  /** Who sent the Bundle: whose subscriptions its entries may read and switch off. */
+  caller: Caller;
   urnTargets: Map<number, UrnTarget>;
   rewriteReferences: (value: unknown) => unknown;
 };
@@ -190,13 +193,13 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
 }
 
 /** Subscription entries: POST creates or switches off (in the Bundle's transaction, in array order), GET reads. */
-async function executeSubscriptionEntry(db: Db, entry: Entry, target: Target, { serviceBase, subscriptions }: EntryContext): Promise<EntryResponse> {
+async function executeSubscriptionEntry(db: Db, entry: Entry, target: Target, { serviceBase, subscriptions, caller }: EntryContext): Promise<EntryResponse> {
   if (entry.request.method === 'POST' && target.id === undefined) {
-    const { created, resource } = await submitSubscription(db, subscriptions, entry.resource);
+    const { created, resource } = await submitSubscription(db, subscriptions, entry.resource, caller);
     return subscriptionResponse(resource, created ? '201 Created' : '200 OK', serviceBase);
   }
   if (entry.request.method === 'GET' && target.id !== undefined) {
-    return subscriptionResponse(await readSubscription(db, subscriptions, target.id), '200 OK', serviceBase);
+    return subscriptionResponse(await readSubscription(db, subscriptions, target.id, caller), '200 OK', serviceBase);
   }
   throw new FhirError(405, 'not-supported', subscriptionsAreImmutable);
 }

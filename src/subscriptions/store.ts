@@ -18,6 +18,12 @@ export type SubscriptionContext = {
   namingSystem: string;
 };
 
+/**
+ * Who asks: an API key, and whether it may see and switch off every
+ * subscription (the admin scope) or only those it created.
+ */
+export type Caller = { apiKeyId: string; admin: boolean };
+
 export const subscriptionsAreImmutable =
   'Subscriptions cannot be updated or deleted: switch it off (POST with status off and the same criteria) and create a new one';
 
@@ -28,15 +34,16 @@ type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_a
  * its handshake in the same transaction, or switches off the live one with
  * the same criteria (status off). `created` tells which.
  */
-export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown): Promise<{ created: boolean; resource: FhirResource }> {
+export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown, caller: Caller): Promise<{ created: boolean; resource: FhirResource }> {
   const request = parseSubscriptionRequest(body);
-  if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request.criteria), context, 'stored') };
-  const row = await inTransaction(db, (transaction) => create(transaction, context, request));
+  if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request.criteria, caller), context, 'stored') };
+  const row = await inTransaction(db, (transaction) => create(transaction, context, request, caller));
   return { created: true, resource: render(row, context, { echoReason: request.reason }) };
 }
 
-export async function readSubscription(db: Db, context: SubscriptionContext, id: string): Promise<FhirResource> {
-  const row = isUuid(id) ? await selectRows(db).where('id', '=', id).executeTakeFirst() : undefined;
+/** A subscription another key created is, to a key without the admin scope, not known. */
+export async function readSubscription(db: Db, context: SubscriptionContext, id: string, caller: Caller): Promise<FhirResource> {
+  const row = isUuid(id) ? await visibleTo(selectRows(db), caller).where('id', '=', id).executeTakeFirst() : undefined;
   if (!row) throw notFound(`Subscription/${id} is not known`);
   return render(row, context, 'stored');
 }
@@ -51,8 +58,8 @@ const maxCount = 1000;
  * `criteria` (the exact criteria string), `url` (the exact endpoint) and
  * `status`, in creation order, keyset-paged.
  */
-export async function searchSubscriptions(db: Db, context: SubscriptionContext, rawQuery: string): Promise<SubscriptionPage> {
-  let query = selectRows(db);
+export async function searchSubscriptions(db: Db, context: SubscriptionContext, rawQuery: string, caller: Caller): Promise<SubscriptionPage> {
+  let query = visibleTo(selectRows(db), caller);
   let count = defaultCount;
   for (const [name, value] of splitQuery(rawQuery)) {
     switch (name) {
@@ -96,7 +103,7 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
   };
 }
 
-async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>): Promise<Row> {
+async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>, caller: Caller): Promise<Row> {
   const signingSecret = request.clientSecret ?? randomBytes(32).toString('base64url');
   const { id } = await db
     .insertInto('webhook.subscriptions')
@@ -117,6 +124,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       contact_emails: request.contactEmails,
       error: null,
       ended_at: null,
+      created_by_api_key: caller.apiKeyId,
     })
     .returning('id')
     .executeTakeFirstOrThrow()
@@ -140,9 +148,8 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
  * one, else the latest in error. (The spec leaves switching off a subscription
  * in error open; a client expects it to end rather than be reactivated later.)
  */
-async function switchOff(db: Db, criteria: string): Promise<Row> {
-  const ending = await db
-    .selectFrom('webhook.subscriptions')
+async function switchOff(db: Db, criteria: string, caller: Caller): Promise<Row> {
+  const ending = await visibleTo(db.selectFrom('webhook.subscriptions'), caller)
     .select(['id', 'status'])
     .where('criteria', '=', criteria)
     .where('status', '!=', 'off')
@@ -157,6 +164,11 @@ async function switchOff(db: Db, criteria: string): Promise<Row> {
     .where('status', '!=', 'off')
     .execute();
   return selectRows(db).where('id', '=', shown.id).executeTakeFirstOrThrow();
+}
+
+/** The subscriptions a caller may see: all with the admin scope, else those its key created. */
+function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller): Query {
+  return caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
 }
 
 function selectRows(db: Db) {

@@ -4,6 +4,7 @@ import type { Db } from '../../db/database.ts';
 import { assertResourceBody, createResource } from '../../resources/store.ts';
 import { asProcessableBundle, processBundle } from '../../resources/bundle.ts';
 import type { SubscriptionContext } from '../../subscriptions/store.ts';
+import { callerOf } from '../authentication.ts';
 import { fhirJson } from '../errors.ts';
 import { sendVersion } from '../fhir-reply.ts';
 
@@ -21,7 +22,7 @@ export const bundleRoutes: FastifyPluginAsyncZod<BundleRoutesOptions> = async (a
     { schema: { summary: 'Process a transaction or batch Bundle, or store any other Bundle', body: bundleBody } },
     async (request, reply) => {
       const processable = asProcessableBundle(request.body);
-      if (processable) return reply.type(fhirJson).send(await processBundle(db, processable, serviceBase, subscriptions));
+      if (processable) return reply.type(fhirJson).send(await processBundle(db, processable, serviceBase, subscriptions, callerOf(request)));
       assertResourceBody('Bundle', request.body);
       return sendVersion(reply, 201, await createResource(db, 'Bundle', request.body), { serviceBase, location: true });
     },

@@ -10,6 +10,7 @@ import {
   type SubscriptionContext,
 } from '../../subscriptions/store.ts';
 import { asRefusal } from '../../subscriptions/requests.ts';
+import { callerOf } from '../authentication.ts';
 import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 
 export type SubscriptionRoutesOptions = { db: Db; serviceBase: string; context: SubscriptionContext };
@@ -23,13 +24,13 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
   });
 
   app.post('/Subscription', { schema: { summary: 'Create a subscription (status requested) or switch one off (status off)' } }, async (request, reply) => {
-    const { created, resource } = await submitSubscription(db, context, request.body);
+    const { created, resource } = await submitSubscription(db, context, request.body, callerOf(request));
     return reply.code(created ? 201 : 200).type(fhirJson).header('location', `${serviceBase}/Subscription/${resource.id}`).send(resource);
   });
 
   app.get('/Subscription', { schema: { summary: 'Search subscriptions' } }, async (request, reply) => {
     const rawQuery = request.url.includes('?') ? request.url.slice(request.url.indexOf('?') + 1) : '';
-    const page = await searchSubscriptions(db, context, rawQuery);
+    const page = await searchSubscriptions(db, context, rawQuery, callerOf(request));
     const pairs = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
     const searchUrl = `${serviceBase}/Subscription`;
     return reply.type(fhirJson).send({
@@ -42,7 +43,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
   });
 
   app.get<{ Params: { id: string } }>('/Subscription/:id', { schema: { summary: 'Read a subscription' } }, async (request, reply) => {
-    const resource = await readSubscription(db, context, request.params.id);
+    const resource = await readSubscription(db, context, request.params.id, callerOf(request));
     // The spec's read envelope: neither a Bundle nor a bare resource.
     return reply.type(fhirJson).send({ fullUrl: `${serviceBase}/Subscription/${resource.id}`, resource, search: { mode: 'match' } });
   });
