@@ -227,3 +227,21 @@ describe('rate limit per API key', () => {
     }
   });
 });
+
+describe('injection', () => {
+  // Values that would change a jsonpath or SQL statement if they were spliced into its text.
+  const hostile = ['") || true || ("', "' OR '1'='1", '$', '@', '\\', '"', "'); DROP TABLE fhir.resources; --", '$.** ? (@ == 1)', 'exists($)', '*'];
+
+  it.each(hostile)('%s as a token, string, reference, uri and :contains value matches nothing it should not', async (value) => {
+    await t.fhir('PUT', '/Patient/innocent', { resourceType: 'Patient', id: 'innocent', active: true, name: [{ family: 'Innocent' }], gender: 'female' });
+    const encoded = encodeURIComponent(value);
+    for (const query of [`gender=${encoded}`, `name=${encoded}`, `name:exact=${encoded}`, `name:contains=${encoded}`, `general-practitioner=${encoded}`, `_profile=${encoded}`, `_id=${encoded}`, `identifier=${encoded}|${encoded}`]) {
+      const response = await t.fhir('GET', `/Patient?_id=innocent&${query}`);
+      // Either refused as malformed, or a search that finds nothing: never the innocent Patient, never a 500.
+      expect([200, 400], `${query}: ${response.body}`).toContain(response.statusCode);
+      if (response.statusCode === 200) expect(response.json().total, query).toBe(0);
+    }
+    const { rows } = await t.database.pool.query(`SELECT count(*)::int AS count FROM fhir.resources WHERE resource_type = 'Patient' AND id = 'innocent'`);
+    expect(rows[0].count).toBe(1);
+  });
+});

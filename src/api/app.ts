@@ -6,10 +6,10 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
 import packageJson from '../../package.json' with { type: 'json' };
 import type { DatabaseHandle } from '../db/database.ts';
-import { FhirError } from '../fhir/outcome.ts';
+import { FhirError, operationOutcome } from '../fhir/outcome.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
-import { installErrorHandlers } from './errors.ts';
+import { installErrorHandlers, sendOutcome } from './errors.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
 import { healthRoutes } from './routes/health.ts';
@@ -50,6 +50,10 @@ export async function buildApp({
   const app = Fastify({
     loggerInstance: logger,
     bodyLimit,
+    // A URL that is not valid percent-encoding is refused by the router itself, before any error handler: an OperationOutcome too.
+    frameworkErrors: (error, _request, reply) => {
+      void sendOutcome(reply, 400, operationOutcome('invalid', error.message));
+    },
     // Node checks request timeouts every connectionsCheckingInterval (30 s by default): checked every second, a trickled body is cut off on time.
     serverFactory: (handler) =>
       createServer({ requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs) }, handler),
