@@ -29,7 +29,9 @@ export function connectDatabase(connectionString: string, onIdleError: (error: E
   const options = Object.entries(settings)
     .map(([name, value]) => `-c ${name}=${value}`)
     .join(' ');
-  const pool = new pg.Pool({ connectionString, max: maxConnections, ...(options === '' ? {} : { options }) });
+  // A server that is down or restarting makes a connection attempt fail within 5 s, rather than wait forever (pg's default):
+  // the API answers 503 at once and the workers try again.
+  const pool = new pg.Pool({ connectionString, max: maxConnections, connectionTimeoutMillis: 5_000, ...(options === '' ? {} : { options }) });
   // A client that loses its server (restart, failover) must not crash the process,
   // whether it is idle in the pool or checked out by graphile-worker.
   pool.on('error', onIdleError);

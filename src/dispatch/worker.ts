@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Logger as WorkerLogger, makeWorkerUtils, run, type Runner, type WorkerEvents } from 'graphile-worker';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
@@ -52,51 +53,118 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     mailer,
     logger,
   });
-  // graphile-worker locks jobs with the id of the worker pool that took them: crash recovery needs it.
-  const events: WorkerEvents = new EventEmitter();
-  let poolId: string | undefined;
-  events.once('pool:create', ({ workerPool }) => (poolId = workerPool.id));
-  const runner: Runner = await run({
-    events,
-    pgPool: workerDatabase.pool,
-    concurrency: config.delivery.concurrency,
-    // Complete jobs in batches: fewer commits per delivery. (Its localQueue, which also batches
-    // fetching, fails its graceful shutdown in 0.18: tested, left off.)
-    preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
-    taskList,
-    crontab: dispatchCrontab,
-    noHandleSignals: true,
-    logger: new WorkerLogger(() => (level, message, meta) => {
-      // graphile-worker warns of a pool smaller than its concurrency; by design here (workerConnections).
-      const expected = message.includes('smaller than concurrency');
-      const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
-      log.call(logger, loggableMeta(meta), message);
-    }),
-  }).catch(async (error: unknown) => {
-    await workerUtils.release();
-    await workerDatabase.close();
-    throw error;
+  const workerLogger = new WorkerLogger(() => (level, message, meta) => {
+    // graphile-worker warns of a pool smaller than its concurrency; by design here (workerConnections).
+    const expected = message.includes('smaller than concurrency');
+    const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
+    log.call(logger, loggableMeta(meta), message);
   });
-  let liveness: Liveness;
+  const startRunner = () =>
+    runWorkerPool(workerDatabase.pool, {
+      concurrency: config.delivery.concurrency,
+      taskList,
+      logger,
+      workerLogger,
+    });
+
+  let current: RunningPool;
   try {
-    if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
-    liveness = await keepWorkerPoolAlive(workerDatabase.pool, poolId, logger);
+    current = await startRunner();
   } catch (error) {
-    await runner.stop();
     await workerUtils.release();
     await workerDatabase.close();
     throw error;
   }
+
+  // graphile-worker stops its whole runner when it cannot record a job's failure (the database
+  // went away mid-job). The dispatcher must not die silently with it: a runner that stops without
+  // being asked is started again, once the database answers, and its dead predecessor's jobs are
+  // freed at once rather than after the 30 s of a silent pool.
+  let stopping = false;
+  const supervise = (running: RunningPool): void => {
+    void running.runner.promise.then(
+      () => restart(running, undefined),
+      (error: unknown) => restart(running, error),
+    );
+  };
+  const restart = async (stopped: RunningPool, error: unknown) => {
+    if (stopping) return;
+    logger.error({ err: error, workerPool: stopped.poolId }, 'the workers stopped on their own; starting them again');
+    await stopped.liveness.stop().catch(() => undefined);
+    for (let delayMs = 1_000; !stopping; delayMs = Math.min(delayMs * 2, 30_000)) {
+      await sleep(delayMs);
+      if (stopping) return;
+      try {
+        current = await startRunner();
+      } catch (startError) {
+        logger.warn({ err: startError }, `the workers could not start again; trying again in ${Math.min(delayMs * 2, 30_000) / 1000} s`);
+        continue;
+      }
+      supervise(current);
+      logger.info({ workerPool: current.poolId, previous: stopped.poolId }, 'the workers are running again');
+      // Best effort: should it fail, the sweep of silent pools frees these jobs within 30 s.
+      await workerDatabase.pool
+        .query('SELECT graphile_worker.force_unlock_workers($1::text[])', [[stopped.poolId]])
+        .then(() => workerDatabase.pool.query('DELETE FROM webhook.worker_pools WHERE pool_id = $1', [stopped.poolId]))
+        .catch((cleanupError: unknown) => logger.warn({ err: cleanupError }, 'could not free the jobs of the stopped workers yet'));
+      return;
+    }
+  };
+  supervise(current);
+
   return {
     stop: async () => {
-      await runner.stop();
-      await liveness.stop();
+      stopping = true;
+      await current.runner.stop().catch(() => undefined);
+      await current.liveness.stop().catch(() => undefined);
       await workerUtils.release();
       await workerDatabase.close();
       mailer.close();
       await dispatcher.close();
     },
   };
+}
+
+type RunningPool = { runner: Runner; poolId: string; liveness: Liveness };
+
+/**
+ * One graphile-worker runner on the workers' pool, with its liveness
+ * (crash recovery needs the id of the worker pool that locks the jobs).
+ */
+async function runWorkerPool(
+  pgPool: DatabaseHandle['pool'],
+  options: { concurrency: number; taskList: ReturnType<typeof dispatchTasks>; logger: Logger; workerLogger: WorkerLogger },
+): Promise<RunningPool> {
+  const events: WorkerEvents = new EventEmitter();
+  let poolId: string | undefined;
+  events.once('pool:create', ({ workerPool }) => (poolId = workerPool.id));
+  // The jobs this process runs, and those it finished in the last 10 s (their completion may still be on its way).
+  const running = new Map<string, number>();
+  events.on('job:start', ({ job }) => running.set(job.id, Number.POSITIVE_INFINITY));
+  events.on('job:complete', ({ job }) => running.set(job.id, Date.now()));
+  const runningJobs = () => {
+    for (const [id, finished] of running) if (finished < Date.now() - 10_000) running.delete(id);
+    return [...running.keys()];
+  };
+  const runner: Runner = await run({
+    events,
+    pgPool,
+    concurrency: options.concurrency,
+    // Complete jobs in batches: fewer commits per delivery. (Its localQueue, which also batches
+    // fetching, fails its graceful shutdown in 0.18: tested, left off.)
+    preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+    taskList: options.taskList,
+    crontab: dispatchCrontab,
+    noHandleSignals: true,
+    logger: options.workerLogger,
+  });
+  try {
+    if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
+    return { runner, poolId, liveness: await keepWorkerPoolAlive(pgPool, poolId, runningJobs, options.logger) };
+  } catch (error) {
+    await runner.stop();
+    throw error;
+  }
 }
 
 /**

@@ -3,8 +3,8 @@ import type { AddressInfo } from 'node:net';
 
 export type ReceivedCall = { headers: IncomingHttpHeaders; body: Buffer; json: Record<string, unknown> };
 
-/** How the receiver answers a call: a status, and optionally headers. */
-export type Answer = { status: number; headers?: Record<string, string> };
+/** How the receiver answers a call: a status, and optionally headers and a delay before answering. */
+export type Answer = { status: number; headers?: Record<string, string>; delayMs?: number };
 
 export type Receiver = {
   url: string;
@@ -32,8 +32,8 @@ export async function startReceiver(): Promise<Receiver> {
       const body = Buffer.concat(chunks);
       const call = { headers: request.headers, body, json: JSON.parse(body.toString('utf8') || '{}') as Record<string, unknown> };
       receiver.calls.push(call);
-      const { status, headers } = receiver.answer(call);
-      response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok');
+      const { status, headers, delayMs = 0 } = receiver.answer(call);
+      setTimeout(() => response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok'), delayMs);
     });
   });
   const { port, close } = await listenOnLoopback(server);

