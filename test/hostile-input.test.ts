@@ -1,6 +1,11 @@
 import { connect } from 'node:net';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from './support/app.ts';
+import { buildApp, type AppOptions } from '../src/api/app.ts';
+import { createApiKey } from '../src/auth/api-keys.ts';
+import { createLogger } from '../src/config/logger.ts';
+import { connectDatabase } from '../src/db/database.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 
 /**
  * What a hostile probe of the service found: inputs that answered 500 (or
@@ -12,6 +17,10 @@ beforeAll(async () => {
   t = await startTestApp();
 });
 afterAll(() => t.close());
+
+/** An API on the test database with some of its bounds changed (the shared one keeps the defaults). */
+const appWith = (options: Partial<AppOptions>) =>
+  buildApp({ database: t.database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), ...options });
 
 const subscription = (criteria: string, extra: Record<string, unknown> = {}) => ({
   resourceType: 'Subscription',
@@ -78,16 +87,7 @@ describe('lengths', () => {
 
 describe('bounds on what one request may hold', () => {
   it('a body trickled byte by byte is cut off at the request timeout', async () => {
-    const { buildApp } = await import('../src/api/app.ts');
-    const pino = (await import('pino')).default;
-    const app = await buildApp({
-      database: t.database,
-      baseUrl: 'http://fhir.test',
-      webhookNamingSystem: 'webhook',
-      secretsEncryptionKey: Buffer.alloc(32, 7),
-      logger: pino({ level: 'silent' }),
-      requestTimeoutMs: 500,
-    });
+    const app = await appWith({ requestTimeoutMs: 500 });
     const address = await app.listen({ port: 0, host: '127.0.0.1' });
     try {
       const { port } = new URL(address);
@@ -110,11 +110,8 @@ describe('bounds on what one request may hold', () => {
   });
 
   it('a statement past the statement_timeout of API sessions answers 503 timeout, not 500', async () => {
-    const { connectDatabase } = await import('../src/db/database.ts');
-    const { buildApp } = await import('../src/api/app.ts');
-    const pino = (await import('pino')).default;
     const database = connectDatabase(t.database.url, () => undefined, { settings: { statement_timeout: '1ms' } });
-    const app = await buildApp({ database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32, 7), logger: pino({ level: 'silent' }) });
+    const app = await appWith({ database });
     try {
       await t.database.pool.query(
         `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Patient', 'name', jsonb_build_array(jsonb_build_object('family', 'Family' || n))) FROM generate_series(1, 5000) n`,
@@ -180,11 +177,8 @@ describe('what answers and logs show', () => {
   });
 
   it('logs a search by its path, without the query string that can carry patient data', async () => {
-    const { createLogger } = await import('../src/config/logger.ts');
-    const { buildApp } = await import('../src/api/app.ts');
     const lines: string[] = [];
-    const logger = createLogger('debug', { write: (line: string) => lines.push(line) });
-    const app = await buildApp({ database: t.database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32, 7), logger });
+    const app = await appWith({ logger: createLogger('debug', { write: (line: string) => lines.push(line) }) });
     try {
       await app.inject({ method: 'GET', url: '/fhir/resources/Patient?name=Jane-Doe-1970&birthdate=1970-01-01', headers: { 'x-api-key': t.apiKey } });
       const log = lines.join('');
@@ -200,17 +194,7 @@ describe('what answers and logs show', () => {
 
 describe('rate limit per API key', () => {
   it('answers 429 throttled with Retry-After past the per-minute limit of one key, and leaves other keys alone', async () => {
-    const { buildApp } = await import('../src/api/app.ts');
-    const { createApiKey } = await import('../src/auth/api-keys.ts');
-    const pino = (await import('pino')).default;
-    const app = await buildApp({
-      database: t.database,
-      baseUrl: 'http://fhir.test',
-      webhookNamingSystem: 'webhook',
-      secretsEncryptionKey: Buffer.alloc(32, 7),
-      logger: pino({ level: 'silent' }),
-      rateLimitPerMinute: 3,
-    });
+    const app = await appWith({ rateLimitPerMinute: 3 });
     const { key: other } = await createApiKey(t.database.db, 'another client');
     try {
       const get = (key: string) => app.inject({ method: 'GET', url: '/fhir/resources/metadata', headers: { 'x-api-key': key } });
