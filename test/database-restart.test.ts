@@ -150,7 +150,10 @@ describe.skipIf(!runRestartTest)('PostgreSQL stopped for a few seconds under loa
       const jobs = await database.pool.query('SELECT id, locked_by, locked_at, attempts, run_at, last_error, payload FROM graphile_worker._private_jobs');
       const queues = await database.pool.query('SELECT * FROM graphile_worker._private_job_queues');
       const attempts = await database.pool.query('SELECT resource_id, outcome, error FROM webhook.delivery_attempts WHERE resource_id = ANY($1)', [missing]);
-      throw new Error(`${String(error)}: missing ${JSON.stringify(missing)}; jobs ${JSON.stringify(jobs.rows)}; queues ${JSON.stringify(queues.rows)}; attempts ${JSON.stringify(attempts.rows)}`);
+      const stored = await database.pool.query(`SELECT id FROM fhir.resources WHERE resource_type = 'Patient' AND id = ANY($1)`, [missing]);
+      throw new Error(
+        `${String(error)}: missing ${JSON.stringify(missing)} (stored after the restart: ${JSON.stringify(stored.rows)}); jobs ${JSON.stringify(jobs.rows)}; queues ${JSON.stringify(queues.rows)}; attempts ${JSON.stringify(attempts.rows)}`,
+      );
     });
   });
 });
