@@ -20,6 +20,16 @@ import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
  * fixed port, since a restarted embedded server listens on a new one.
  */
 
+/**
+ * KNOWN FAILURE (issue 11), hence opt-in: about one run in five, one event
+ * whose write was acknowledged (201) is never delivered and leaves no job and
+ * no attempt behind; the failure message lists it. Everything else here holds
+ * on every run. Run it with RESTART_FAULT_TEST=on (a loop:
+ * `for i in 1 2 3 4 5 6; do RESTART_FAULT_TEST=on npx vitest run test/database-restart.test.ts; done`).
+ * It stays out of CI until the loss is found, so that CI stays a gate.
+ */
+const runRestartTest = process.env.RESTART_FAULT_TEST === 'on';
+
 const quiet = { info: () => undefined, debug: () => undefined, error: () => undefined };
 let dataDir: string;
 let server: EmbeddedDatabase;
@@ -51,7 +61,7 @@ async function startRelay(): Promise<number> {
 }
 
 beforeAll(async () => {
-  if (process.env.RESTART_FAULT_TEST !== 'on') return;
+  if (!runRestartTest) return;
   dataDir = await mkdtemp(path.join(tmpdir(), 'restart-test-'));
   server = await startEmbeddedPostgres(dataDir, quiet);
   const url = new URL(server.url);
@@ -67,7 +77,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  if (process.env.RESTART_FAULT_TEST !== 'on') return;
+  if (!runRestartTest) return;
   await workers?.stop();
   await app?.close();
   await database?.close();
@@ -81,15 +91,6 @@ afterAll(async () => {
 const fhir = (method: 'GET' | 'POST', url: string, body?: unknown) =>
   app.inject({ method, url, headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' }, ...(body === undefined ? {} : { payload: JSON.stringify(body) }) });
 
-/**
- * KNOWN FAILURE (issue 11), hence opt-in: about one run in five, one event
- * whose write was acknowledged (201) is never delivered and leaves no job and
- * no attempt behind; the failure message lists it. Everything else here holds
- * on every run. Run it with RESTART_FAULT_TEST=on (a loop:
- * `for i in 1 2 3 4 5 6; do RESTART_FAULT_TEST=on npx vitest run test/database-restart.test.ts; done`).
- * It stays out of CI until the loss is found, so that CI stays a gate.
- */
-const runRestartTest = process.env.RESTART_FAULT_TEST === 'on';
 
 describe.skipIf(!runRestartTest)('PostgreSQL stopped for a few seconds under load, then started again', () => {
   it('answers 503 meanwhile within bounded time, /readyz tells the truth, both sides reconnect, and every committed event is delivered', { timeout: 180_000 }, async () => {

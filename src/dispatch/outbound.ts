@@ -61,6 +61,11 @@ export function standardWebhookHeaders(messageId: string, body: Buffer, secret: 
   ];
 }
 
+/** A header the service sets itself (in lower case): Content-Type, X-Hub-Signature and the Standard Webhooks ones. */
+function isServiceHeader(name: string): boolean {
+  return name === 'content-type' || name === 'x-hub-signature' || name.startsWith('webhook-');
+}
+
 /** A message's webhook-id: what the message is (a subscription's event or handshake), hashed, the same for every retry. */
 export function messageId(subscriptionId: string, message: string): string {
   return `msg_${createHash('sha256').update(`${subscriptionId} ${message}`).digest('base64url').slice(0, 27)}`;
@@ -85,7 +90,7 @@ export function outboundHeaders(
   });
   const kept = headers.filter(([name]) => {
     const lower = name.toLowerCase();
-    return lower !== 'content-type' && lower !== 'x-hub-signature' && !lower.startsWith('webhook-') && !(bearerToken !== undefined && lower === 'authorization');
+    return !isServiceHeader(lower) && !(bearerToken !== undefined && lower === 'authorization');
   });
   return [
     ...kept,
@@ -164,7 +169,7 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown })
 /** The values of the headers sent that could be secrets (all but ours and the trivially short), and a bearer token alone. */
 function sentSecrets(headers: readonly [string, string][]): string[] {
   return headers
-    .filter(([name]) => name !== 'content-type' && name !== 'x-hub-signature' && !name.startsWith('webhook-'))
+    .filter(([name]) => !isServiceHeader(name.toLowerCase()))
     .flatMap(([, value]) => [value, ...(/^bearer\s+/i.test(value) ? [value.replace(/^bearer\s+/i, '')] : [])])
     .filter((value) => value.length >= 4)
     .sort((a, b) => b.length - a.length);

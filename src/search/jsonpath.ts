@@ -40,7 +40,6 @@ export type RelatedCondition =
 
 export function compileRelated(related: readonly RelatedFilter[]): RelatedCondition[] {
   return related.map((condition): RelatedCondition => {
-    const referencePaths = literalReferencePaths(condition.reference);
     if (condition.kind === 'chain') {
       return {
         chain: {
@@ -52,7 +51,7 @@ export function compileRelated(related: readonly RelatedFilter[]): RelatedCondit
     return {
       has: {
         sourceType: condition.sourceType,
-        referencing: anyOf(referencePaths.map((path) => `exists(${accessor(path)} ? (@."reference" == $reference))`)),
+        referencing: anyOf(literalReferencePaths(condition.reference).map((path) => `exists(${accessor(path)} ? (@."reference" == $reference))`)),
         match: compileFilters([condition.filter]),
       },
     };
