@@ -104,6 +104,30 @@ describe('forbiddenAddressReason', () => {
   });
 });
 
+// Other spellings of an address (RFC 3986 leaves them to the resolver; the WHATWG URL parser,
+// which undici uses, reads them as IPv4): the guard must judge the address they stand for.
+describe('other spellings of an address in an endpoint URL', () => {
+  it.each([
+    ['http://2130706433/', 'loopback'],
+    ['http://0x7f000001/', 'loopback'],
+    ['http://0177.0.0.1/', 'loopback'],
+    ['http://0x7f.0.0.1/', 'loopback'],
+    ['http://127.1/', 'loopback'],
+    ['http://127.0.0.1./', 'loopback'],
+    ['http://%31%32%37.0.0.1/', 'loopback'],
+    ['http://012.0.0.1/', 'private network'],
+    ['http://167772161/', 'private network'],
+    ['http://0xA9.0xFE.0xA9.0xFE/', 'link-local'],
+    ['http://2852039166/', 'link-local'],
+    ['http://0251.0376.0251.0376/', 'link-local'],
+    ['http://[0:0:0:0:0:ffff:169.254.169.254]/', 'link-local'],
+    ['http://[::ffff:a00:1]/', 'private network'],
+  ])('reads %s as the address it stands for (%s)', (url, reason) => {
+    // No connection here: the delivery agent gets the host exactly as the URL parser gives it.
+    expect(forbiddenAddressReason(new URL(url).hostname.replace(/^\[(.*)\]$/, '$1'))).toBe(reason);
+  });
+});
+
 describe('ForbiddenAddressError', () => {
   it('names the address, the reason and the way out', () => {
     const error = new ForbiddenAddressError('10.1.2.3', 'private network');
@@ -156,6 +180,16 @@ describe('the delivery agent against a loopback receiver', () => {
     expect(refused.reason).toBe('loopback');
     expect({ received, connections }).toEqual({ received: [], connections: 0 });
   });
+
+  // Loopback only: were the guard to let one through, the connection would stay on this machine.
+  it.each(['2130706433', '0x7f000001', '0177.0.0.1', '127.1', '127.0.0.1.', '[::ffff:127.0.0.1]'])(
+    'refuses the loopback spelt %s before connecting',
+    async (host) => {
+      const refused = await refusal(`http://${host}:${port}/`);
+      expect(refused.reason).toBe('loopback');
+      expect({ received, connections }).toEqual({ received: [], connections: 0 });
+    },
+  );
 
   it('refuses the IPv6 loopback literal', async (context) => {
     const ipv6Receiver = createReceiver();
