@@ -1,4 +1,5 @@
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer, type Server as TlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 
 export type ReceivedCall = { headers: IncomingHttpHeaders; body: Buffer; json: Record<string, unknown> };
@@ -16,8 +17,8 @@ export type Receiver = {
   close(): Promise<void>;
 };
 
-/** A real HTTP subscriber endpoint on 127.0.0.1 that records what it receives. */
-export async function startReceiver(): Promise<Receiver> {
+/** A real HTTP subscriber endpoint on 127.0.0.1 that records what it receives; over https with `tls` (a key and certificate, PEM). */
+export async function startReceiver({ tls }: { tls?: { key: string; cert: string } } = {}): Promise<Receiver> {
   const receiver: Receiver = {
     url: '',
     calls: [],
@@ -25,7 +26,7 @@ export async function startReceiver(): Promise<Receiver> {
     waitForCalls: (count, timeoutMs = 10_000) => waitFor(() => (receiver.calls.length >= count ? receiver.calls : undefined), timeoutMs, `${count} calls`),
     close: async () => undefined,
   };
-  const server: Server = createServer((request, response) => {
+  const handle = (request: IncomingMessage, response: ServerResponse) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
@@ -35,15 +36,15 @@ export async function startReceiver(): Promise<Receiver> {
       const { status, headers, delayMs = 0 } = receiver.answer(call);
       setTimeout(() => response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok'), delayMs);
     });
-  });
-  const { port, close } = await listenOnLoopback(server);
-  receiver.url = `http://127.0.0.1:${port}/hook`;
+  };
+  const { port, close } = await listenOnLoopback(tls === undefined ? createServer(handle) : createTlsServer(tls, handle));
+  receiver.url = `${tls === undefined ? 'http' : 'https'}://127.0.0.1:${port}/hook`;
   receiver.close = close;
   return receiver;
 }
 
 /** Listens on 127.0.0.1 at a free port; close() also ends the open connections. */
-export async function listenOnLoopback(server: Server): Promise<{ port: number; close: () => Promise<void> }> {
+export async function listenOnLoopback(server: Server | TlsServer): Promise<{ port: number; close: () => Promise<void> }> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as AddressInfo).port,
