@@ -5,9 +5,10 @@ import { buildApp, fhirBasePath } from './api/app.ts';
 import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
 import { ConfigError, type Config } from './config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './db/database.ts';
-import { applyMigrations } from './db/migrations.ts';
+import { applyMigrations, pendingMigrations } from './db/migrations.ts';
 import { startWorkers } from './dispatch/worker.ts';
-import { readOrCreateKeyFile } from './subscriptions/secrets.ts';
+import { createSecretBox, readOrCreateKeyFile } from './subscriptions/secrets.ts';
+import { encryptEndpointCredentials } from './subscriptions/store.ts';
 
 /** Something started that must be stopped, newest first, when the service stops. */
 type Closer = () => Promise<unknown>;
@@ -37,11 +38,6 @@ export async function databaseServer(config: Config, logger: Logger): Promise<Da
 }
 
 /**
- * Connects to the database given by the configuration (see databaseServer)
- * and applies pending migrations when so configured. close() ends the pool,
- * then stops what it started.
- */
-/**
  * Bounds on what one API request can hold in the database: a statement (a
  * search with a costly pattern) stops after 30 s, a wait for a row lock
  * after 5 s, a transaction left idle after 60 s; the client gets a 503
@@ -59,6 +55,11 @@ export async function migrate(url: string, logger: Logger): Promise<string[]> {
   }
 }
 
+/**
+ * Connects to the database given by the configuration (see databaseServer)
+ * and applies pending migrations when so configured. close() ends the pool,
+ * then stops what it started.
+ */
 export async function openDatabase(config: Config, logger: Logger): Promise<DatabaseHandle> {
   const server = await databaseServer(config, logger);
   const closers: Closer[] = [() => server.release()];
@@ -85,6 +86,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
   const database = await openDatabase(config, logger);
   const closers: Closer[] = [() => database.close()];
   try {
+    await encryptStoredEndpointCredentials(database, secretsKey, logger);
     if (roles.workers) {
       const workers = await startWorkers(config, database, secretsKey, logger);
       closers.push(() => workers.stop());
@@ -109,6 +111,20 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
     await closeAll(closers);
     throw error;
   }
+}
+
+/**
+ * Endpoints stored with their credentials before migration 0015 get them
+ * encrypted, once that migration is applied (by this start or an earlier
+ * `migrate`); until then they wait for a later start.
+ */
+async function encryptStoredEndpointCredentials(database: DatabaseHandle, secretsKey: Buffer, logger: Logger): Promise<void> {
+  if ((await pendingMigrations(database.pool)).length > 0) {
+    logger.warn('database migrations are pending: the service may not work until they are applied (npm run cli -- migrate)');
+    return;
+  }
+  const encrypted = await encryptEndpointCredentials(database.db, createSecretBox(secretsKey));
+  if (encrypted > 0) logger.info({ subscriptions: encrypted }, 'encrypted the credentials of endpoints stored before migration 0015');
 }
 
 /**

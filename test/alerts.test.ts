@@ -1,9 +1,8 @@
-import type { AddressInfo } from 'node:net';
 import pino from 'pino';
-import { SMTPServer } from 'smtp-server';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAlertMailer, type DeactivationAlert } from '../src/mail/alerts.ts';
 import { freePort } from './support/receiver.ts';
+import { startSmtpServerOnLoopback, type SmtpServer } from './support/smtp.ts';
 
 const from = 'webhooks@fhir.test';
 
@@ -23,33 +22,11 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-type Received = { mailFrom: string | undefined; rcptTo: string[]; raw: string };
-
-/** A real SMTP server on loopback, without TLS, that keeps what it takes and refuses the `refused` recipients. */
-async function startSmtpServer(refused: string[] = []): Promise<{ url: string; received: Received[] }> {
-  const received: Received[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS'],
-    // Its reverse lookup of 127.0.0.1 would ask the system's DNS servers, off loopback.
-    disableReverseLookup: true,
-    logger: false,
-    onRcptTo(address, _session, callback) {
-      callback(refused.includes(address.address) ? Object.assign(new Error('no such mailbox'), { responseCode: 550 }) : null);
-    },
-    onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
-      stream.on('end', () => {
-        const mailFrom = session.envelope.mailFrom === false ? undefined : session.envelope.mailFrom.address;
-        received.push({ mailFrom, rcptTo: session.envelope.rcptTo.map((to) => to.address), raw: Buffer.concat(chunks).toString('utf8') });
-        callback(null);
-      });
-    },
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => server.close(resolve)));
-  return { url: `smtp://127.0.0.1:${(server.server.address() as AddressInfo).port}`, received };
+/** A real SMTP server on loopback (closed after the test). */
+async function startSmtpServer(refused: string[] = []): Promise<SmtpServer> {
+  const server = await startSmtpServerOnLoopback(refused);
+  cleanups.push(() => server.close());
+  return server;
 }
 
 /** A loopback port nothing listens on: bound, then released. */

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
+import { encryptEndpointCredentials } from '../src/subscriptions/store.ts';
 import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 
 let t: TestApp;
@@ -100,6 +101,43 @@ describe('POST /Subscription with status requested', () => {
     const box = createSecretBox(testSecretsKey);
     expect(JSON.parse(box.open(rows[0].headers_encrypted as Buffer))).toEqual(['secret: s3cr3t-value', 'Authorization: Bearer abc:def']);
     expect(box.open(rows[0].signing_secret_encrypted as Buffer)).toBe('s3cr3t-value');
+  });
+
+  it('keeps the credentials of an endpoint encrypted at rest, shows the client its whole endpoint, and finds it by url', async () => {
+    const endpoint = 'https://bob:pw-in-endpoint@receiver.example.org/hooks?token=token-in-endpoint&tenant=blue';
+    const created = (await post(subscription({}, { endpoint }))).json();
+    expect(created.channel.endpoint).toBe(endpoint);
+    const { rows } = await t.database.pool.query(`SELECT endpoint, endpoint_encrypted FROM webhook.subscriptions WHERE id = $1`, [created.id]);
+    expect(rows[0].endpoint).toBe('https://***:***@receiver.example.org/hooks?token=***&tenant=***');
+    expect(createSecretBox(testSecretsKey).open(rows[0].endpoint_encrypted as Buffer)).toBe(endpoint);
+    expect((await t.fhir('GET', `/Subscription/${created.id}`)).json().resource.channel.endpoint).toBe(endpoint);
+    const found = async (url: string) => (await t.fhir('GET', `/Subscription?url=${encodeURIComponent(url)}`)).json().entry?.map((entry: { resource: { id: string } }) => entry.resource.id) ?? [];
+    expect(await found(endpoint)).toEqual([created.id]);
+    // Another token at the same place, and the endpoint as shown, are other endpoints.
+    expect(await found(endpoint.replace('token-in-endpoint', 'other-token'))).toEqual([]);
+    expect(await found(rows[0].endpoint as string)).toEqual([]);
+  });
+
+  it('keeps an endpoint without credentials as it is, unencrypted', async () => {
+    const created = (await post(subscription())).json();
+    const { rows } = await t.database.pool.query(`SELECT endpoint, endpoint_encrypted FROM webhook.subscriptions WHERE id = $1`, [created.id]);
+    expect(rows[0]).toEqual({ endpoint: 'https://receiver.example.org/hooks', endpoint_encrypted: null });
+  });
+
+  it('encrypts, at the next start, the credentials of endpoints stored before migration 0015', async () => {
+    const endpoint = 'http://alice:old-password@receiver.example.org/hooks?key=old-key';
+    const created = (await post(subscription({}, { endpoint }))).json();
+    const plain = (await post(subscription({ criteria: 'Appointment?status=cancelled' }))).json();
+    // As such a row was before 0015.
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET endpoint = $2, endpoint_encrypted = NULL WHERE id = $1`, [created.id, endpoint]);
+    expect(await encryptEndpointCredentials(t.database.db, createSecretBox(testSecretsKey))).toBe(1);
+    const { rows } = await t.database.pool.query(`SELECT id, endpoint, endpoint_encrypted IS NOT NULL AS encrypted FROM webhook.subscriptions WHERE id = ANY($1) ORDER BY created_at`, [[created.id, plain.id]]);
+    expect(rows).toEqual([
+      { id: created.id, endpoint: 'http://***:***@receiver.example.org/hooks?key=***', encrypted: true },
+      { id: plain.id, endpoint: 'https://receiver.example.org/hooks', encrypted: false },
+    ]);
+    expect((await t.fhir('GET', `/Subscription/${created.id}`)).json().resource.channel.endpoint).toBe(endpoint);
+    expect(await encryptEndpointCredentials(t.database.db, createSecretBox(testSecretsKey))).toBe(0);
   });
 
   it('lets exactly one of 20 concurrent creates of the same criteria win', async () => {

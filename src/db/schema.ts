@@ -51,7 +51,9 @@ export interface SubscriptionsTable {
   created_by_api_key: string | null;
   /** RelatedCondition[] (src/search/jsonpath.ts) as JSON text, or null. */
   related_match: ColumnType<unknown, string | null, string | null>;
+  /** As shown (credentials masked) when endpoint_encrypted holds the whole endpoint (migration 0015). */
   endpoint: string;
+  endpoint_encrypted: Buffer | null;
   payload: string | null;
   headers_encrypted: Buffer;
   signing_secret_encrypted: Buffer;

@@ -7,7 +7,7 @@ import type { Db } from '../db/database.ts';
 import type { BatchEvent } from '../db/jobs.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
-import { shownEndpoint } from '../subscriptions/endpoints.ts';
+import { shownEndpoint, wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { TokenProvider } from './oauth.ts';
 import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
@@ -47,7 +47,7 @@ export type Target = {
 export async function loadTarget(context: DispatchContext, id: string): Promise<Target | undefined> {
   const row = await context.db
     .selectFrom('webhook.subscriptions')
-    .select(['id', 'status', 'criteria', 'endpoint', 'headers_encrypted', 'signing_secret_encrypted', 'compiled_criteria', 'contact_emails'])
+    .select(['id', 'status', 'criteria', 'endpoint', 'endpoint_encrypted', 'headers_encrypted', 'signing_secret_encrypted', 'compiled_criteria', 'contact_emails'])
     .where('id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
@@ -55,7 +55,7 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     id: row.id,
     status: row.status,
     criteria: row.criteria,
-    endpoint: row.endpoint,
+    endpoint: wholeEndpoint(row, context.box),
     headers: JSON.parse(context.box.open(row.headers_encrypted)) as string[],
     secret: context.box.open(row.signing_secret_encrypted),
     compiled: row.compiled_criteria as CompiledCriteria,
@@ -114,7 +114,7 @@ export async function call(context: DispatchContext, target: Target, resource: u
   }
   // Only the abort itself: an answer that came in just before it stands.
   if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
-    throw new ShutdownAbort(`the call to ${target.endpoint} was cut short by the worker's shutdown; the job runs again`);
+    throw new ShutdownAbort(`the call to ${shownEndpoint(target.endpoint)} was cut short by the worker's shutdown; the job runs again`);
   }
   return result;
 }

@@ -6,6 +6,7 @@ import { enqueueJob } from '../db/jobs.ts';
 import type { FhirResource, SubscriptionStatus, SubscriptionsTable } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
 import { splitQuery } from '../search/query.ts';
+import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
 import { parseSubscriptionRequest, refusal, type SubscriptionRequest } from './requests.ts';
 import type { SecretBox } from './secrets.ts';
 
@@ -61,6 +62,7 @@ const maxCount = 1000;
 export async function searchSubscriptions(db: Db, context: SubscriptionContext, rawQuery: string, caller: Caller): Promise<SubscriptionPage> {
   let query = visibleTo(selectRows(db), caller);
   let count = defaultCount;
+  let endpoint: string | undefined;
   for (const [name, value] of splitQuery(rawQuery)) {
     switch (name) {
       case '_count':
@@ -82,7 +84,9 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
         query = query.where('criteria', '=', value);
         break;
       case 'url':
-        query = query.where('endpoint', '=', value);
+        // An endpoint with credentials is stored as shown: the rows shown alike are told apart once read.
+        query = query.where('endpoint', '=', storedEndpoint(value));
+        endpoint = value;
         break;
       case 'status': {
         const statuses = value.split(',');
@@ -98,7 +102,7 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
   const page = rows.slice(0, count);
   const last = page.at(-1);
   return {
-    resources: page.map((row) => render(row, context, 'stored')),
+    resources: page.filter((row) => endpoint === undefined || wholeEndpoint(row, context.box) === endpoint).map((row) => render(row, context, 'stored')),
     ...(rows.length > count && last ? { nextPageToken: encodePageToken(last.created_at_text, last.id) } : {}),
   };
 }
@@ -115,7 +119,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       match: request.compiled.match,
       match_deleted: request.compiled.matchDeleted,
       related_match: request.compiled.relatedMatch === null ? null : JSON.stringify(request.compiled.relatedMatch),
-      endpoint: request.endpoint,
+      ...endpointColumns(request.endpoint, context.box),
       payload: request.payload ?? null,
       headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
       signing_secret_encrypted: context.box.seal(signingSecret),
@@ -201,7 +205,7 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
     ...(row.error === null ? {} : { error: row.error }),
     channel: {
       type: 'rest-hook',
-      endpoint: row.endpoint,
+      endpoint: wholeEndpoint(row, context.box),
       ...(row.payload === null ? {} : { payload: row.payload }),
       ...(headers.length === 0 ? {} : { header: headers }),
     },
@@ -238,3 +242,31 @@ function decodePageToken(token: string): [string, string] {
   throw refusal('Invalid _page_token: use the next link of the previous page');
 }
 
+
+/**
+ * Encrypts the credentials of the endpoints stored before migration 0015,
+ * which the database could not encrypt (it has no key): run by the service at
+ * start, once the migrations are applied. Returns how many it encrypted.
+ */
+export async function encryptEndpointCredentials(db: Db, box: SecretBox): Promise<number> {
+  const plain = await db
+    .selectFrom('webhook.subscriptions')
+    .select(['id', 'endpoint'])
+    .where('endpoint_encrypted', 'is', null)
+    .where((eb) => eb.or([eb('endpoint', 'like', '%@%'), eb('endpoint', 'like', '%?%')]))
+    .execute();
+  let encrypted = 0;
+  for (const row of plain) {
+    const columns = endpointColumns(row.endpoint, box);
+    if (columns.endpoint_encrypted === null) continue;
+    const { numUpdatedRows } = await db
+      .updateTable('webhook.subscriptions')
+      .set(columns)
+      .where('id', '=', row.id)
+      .where('endpoint', '=', row.endpoint)
+      .where('endpoint_encrypted', 'is', null)
+      .executeTakeFirst();
+    encrypted += Number(numUpdatedRows);
+  }
+  return encrypted;
+}
