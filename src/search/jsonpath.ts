@@ -179,17 +179,27 @@ function tokenTextCondition(text: string): string {
 // --- string ----------------------------------------------------------------
 
 /** The parts of a HumanName and of an Address that a string search reads. */
-const stringParts = ['family', 'given', 'prefix', 'suffix', 'text', 'line', 'city', 'district', 'state', 'postalCode', 'country'];
+const humanNameParts = ['family', 'given', 'prefix', 'suffix', 'text'];
+const addressParts = ['line', 'city', 'district', 'state', 'postalCode', 'country', 'text'];
+
+/** The parts read for the complex types a parameter's values may have (unknown types: those of both). */
+function stringPartsOf(types: Types): string[] {
+  const parts = new Set<string>();
+  for (const type of types ?? ['HumanName', 'Address']) {
+    if (type !== 'Address' && !isPrimitive(type)) for (const part of humanNameParts) parts.add(part);
+    if (type !== 'HumanName' && !isPrimitive(type)) for (const part of addressParts) parts.add(part);
+  }
+  return [...parts];
+}
 
 function stringCondition(text: string, mode: 'starts-with' | 'exact' | 'contains', types: Types): string {
-  const test =
-    mode === 'exact'
-      ? (item: string) => `${item} == ${literal(text)}`
-      : (item: string) => `${item} like_regex ${literal(`${mode === 'starts-with' ? '^' : ''}${foldedPattern(text)}`)}`;
+  // Built once, used for each of the parts: a long value's pattern is large (a class per letter).
+  const expected = mode === 'exact' ? literal(text) : literal(`${mode === 'starts-with' ? '^' : ''}${foldedPattern(text)}`);
+  const test = (item: string) => `${item} ${mode === 'exact' ? '==' : 'like_regex'} ${expected}`;
   return anyOf(
     forTypes(types, [
       [isPrimitive, `(@.type() == "string" && ${test('@')})`],
-      [(type) => !isPrimitive(type), anyOf(stringParts.map((part) => test(`@.${key(part)}`)))],
+      [(type) => !isPrimitive(type), anyOf(stringPartsOf(types).map((part) => test(`@.${key(part)}`)))],
     ]),
   );
 }
@@ -200,12 +210,7 @@ function stringCondition(text: string, mode: 'starts-with' | 'exact' | 'contains
  * e), and combining marks in the data are skipped.
  */
 export function foldedPattern(text: string): string {
-  return [...fold(text)]
-    .map((char) => {
-      const variants = foldsTo.get(char);
-      return variants ? `[${[...variants].map(escapeInClass).join('')}][\\u0300-\\u036f]*` : escapeRegex(char);
-    })
-    .join('');
+  return [...fold(text)].map((char) => foldedLetterPatterns.get(char) ?? escapeRegex(char)).join('');
 }
 
 /**
@@ -240,6 +245,11 @@ const foldsTo: ReadonlyMap<string, Set<string>> = (() => {
   }
   return table;
 })();
+
+/** Each folded letter's class, and the combining marks after it, made once. */
+const foldedLetterPatterns: ReadonlyMap<string, string> = new Map(
+  [...foldsTo].map(([letter, variants]) => [letter, `[${[...variants].map(escapeInClass).join('')}][\\u0300-\\u036f]*`]),
+);
 
 function escapeRegex(char: string): string {
   return /[\\^$.|?*+()[\]{}]/.test(char) ? `\\${char}` : char;
