@@ -37,6 +37,20 @@ describe('x-api-key authentication', () => {
     expect(rows[0].n).toBe(0);
   });
 
+  it('every route the OpenAPI description lists needs the key, but /healthz and /readyz', async () => {
+    const { paths } = (await t.app.inject({ method: 'GET', url: '/docs/json' })).json<{ paths: Record<string, Record<string, unknown>> }>();
+    const open = ['/healthz', '/readyz'];
+    expect(Object.keys(paths)).toEqual(expect.arrayContaining(open));
+    const guarded = Object.entries(paths)
+      .filter(([path]) => !open.includes(path))
+      .flatMap(([path, operations]) => Object.keys(operations).map((method) => ({ method: method.toUpperCase(), url: path.replace('{type}', 'Patient').replace(/\{\w+\}/g, '1') })));
+    expect(guarded.length).toBeGreaterThanOrEqual(15);
+    for (const { method, url } of guarded) {
+      const response = await t.app.inject({ method: method as 'GET', url, ...(method === 'GET' || method === 'DELETE' ? {} : { payload: {} }) });
+      expect({ method, url, status: response.statusCode }).toEqual({ method, url, status: 401 });
+    }
+  });
+
   it('a revoked key stops working at once', async () => {
     const { id, key } = await createApiKey(t.database.db, 'short-lived');
     expect((await getMetadata({ 'x-api-key': key })).statusCode).toBe(200);
