@@ -7,6 +7,8 @@ import { ConfigError, type Config } from './config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './db/database.ts';
 import { applyMigrations, pendingMigrations } from './db/migrations.ts';
 import { startWorkers } from './dispatch/worker.ts';
+import { serveMetrics } from './metrics/exposition.ts';
+import { createMetrics } from './metrics/metrics.ts';
 import { createSecretBox, readOrCreateKeyFile } from './subscriptions/secrets.ts';
 import { encryptEndpointCredentials } from './subscriptions/store.ts';
 
@@ -87,8 +89,14 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
   const closers: Closer[] = [() => database.close()];
   try {
     await encryptStoredEndpointCredentials(database, secretsKey, logger);
+    const metrics = createMetrics(database.db);
+    if (config.metricsPort !== undefined) {
+      const metricsServer = await serveMetrics(metrics, config.host, config.metricsPort);
+      closers.push(() => metricsServer.close());
+      logger.info(`Metrics on ${metricsServer.address}`);
+    }
     if (roles.workers) {
-      const workers = await startWorkers(config, database, secretsKey, logger);
+      const workers = await startWorkers(config, database, secretsKey, logger, metrics);
       closers.push(() => workers.stop());
     }
     if (!roles.api) return { address: undefined, close: () => closeAll(closers) };
@@ -100,6 +108,8 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       secretsEncryptionKey: secretsKey,
       logger,
       rateLimitPerMinute: config.apiRateLimitPerMinute,
+      // On the API's port unless METRICS_PORT gives them one of their own.
+      ...(config.metricsPort === undefined ? { metrics } : {}),
     });
     closers.push(() => app.close());
     // Fastify logs the address, once: in the service's words.

@@ -7,6 +7,7 @@ import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zo
 import packageJson from '../../package.json' with { type: 'json' };
 import type { DatabaseHandle } from '../db/database.ts';
 import { FhirError, operationOutcome } from '../fhir/outcome.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers, sendOutcome } from './errors.ts';
@@ -14,6 +15,7 @@ import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
+import { metricsRoutes } from './routes/metrics.ts';
 import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
@@ -31,6 +33,8 @@ export type AppOptions = {
   requestTimeoutMs?: number;
   /** Requests per minute per API key (default 6,000). */
   rateLimitPerMinute?: number;
+  /** Served at /metrics without a key when given. */
+  metrics?: Metrics;
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -46,6 +50,7 @@ export async function buildApp({
   logger,
   requestTimeoutMs = 30_000,
   rateLimitPerMinute = 6000,
+  metrics,
 }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger,
@@ -80,6 +85,7 @@ export async function buildApp({
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
   await app.register(healthRoutes, { pool: database.pool });
+  if (metrics !== undefined) await app.register(metricsRoutes, { metrics });
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem };

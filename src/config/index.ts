@@ -21,6 +21,7 @@ const environmentSchema = z.object({
   BOOTSTRAP_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
   MIGRATE_ON_START: booleanFlag.default(true),
   API_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(6000),
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EMBEDDED_DATA_DIR: z.string().min(1).default('.data'),
   WEBHOOK_NAMING_SYSTEM: z
@@ -60,6 +61,8 @@ export type Config = Readonly<{
   migrateOnStart: boolean;
   /** Requests one API key may make per minute; past it, 429 with Retry-After. */
   apiRateLimitPerMinute: number;
+  /** Where /metrics is served on its own (on HOST); unset: on the API's port, by a process that runs the API. */
+  metricsPort: number | undefined;
   logLevel: z.infer<typeof environmentSchema>['LOG_LEVEL'];
   /** Where the embedded PostgreSQL keeps its data when DATABASE_URL is unset. */
   embeddedDataDir: string;
@@ -114,6 +117,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     bootstrapApiKey: env.BOOTSTRAP_API_KEY,
     migrateOnStart: env.MIGRATE_ON_START,
     apiRateLimitPerMinute: env.API_RATE_LIMIT_PER_MINUTE,
+    metricsPort: env.METRICS_PORT,
     logLevel: env.LOG_LEVEL,
     embeddedDataDir: env.EMBEDDED_DATA_DIR,
     webhookNamingSystem: env.WEBHOOK_NAMING_SYSTEM,

@@ -6,6 +6,7 @@ import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
 import type { BatchEvent } from '../db/jobs.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint, wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
@@ -29,6 +30,7 @@ export type DispatchContext = {
   dispatcher: Dispatcher;
   tokens: TokenProvider | undefined;
   mailer: AlertMailer;
+  metrics: Metrics;
   logger: Logger;
 };
 
@@ -89,6 +91,7 @@ export async function call(context: DispatchContext, target: Target, resource: u
     try {
       token = await context.tokens.token();
     } catch (error) {
+      context.metrics.tokenRequestFailed();
       // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
       const reason = error instanceof Error ? error.message : String(error);
       return {
@@ -164,8 +167,16 @@ export function retryDelay(context: DispatchContext, attempt: number, result: Ca
 export type AttemptKind = 'handshake' | 'notification';
 export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
 
-export async function recordAttempt(db: Db, ...record: Parameters<typeof attemptRecord>): Promise<void> {
-  await db.insertInto('webhook.delivery_attempts').values(attemptRecord(...record)).execute();
+/** Records one call (in `db`, the task's transaction) and counts it in the metrics. */
+export async function recordAttempt(context: DispatchContext, db: Db, ...record: Parameters<typeof attemptRecord>): Promise<void> {
+  const row = attemptRecord(...record);
+  await db.insertInto('webhook.delivery_attempts').values(row).execute();
+  countCalls(context, [row]);
+}
+
+/** The calls a task records, counted by kind and outcome, with their durations. */
+export function countCalls(context: DispatchContext, records: AttemptRecord[]): void {
+  for (const record of records) context.metrics.called(record.kind, record.outcome, record.duration_ms);
 }
 
 /** A row of webhook.delivery_attempts. */

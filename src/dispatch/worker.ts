@@ -6,6 +6,7 @@ import type { Config } from '../config/index.ts';
 import { errorFields } from '../config/logger.ts';
 import { connectDatabase, type DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
+import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
 import { createTokenProvider } from './oauth.ts';
@@ -23,9 +24,10 @@ const workerConnections = 20;
 /**
  * Runs the dispatcher's tasks on graphile-worker in this process. Jobs are
  * picked up through LISTEN/NOTIFY as their transactions commit; several
- * processes on one database share them (each job is locked by one).
+ * processes on one database share them (each job is locked by one). What
+ * they do is counted in `metrics`, the registry the process's /metrics serves.
  */
-export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger): Promise<Workers> {
+export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger, metrics: Metrics = createMetrics()): Promise<Workers> {
   // The workers' own pool, committing asynchronously: job locks and completions, attempt records,
   // retries and state changes. A PostgreSQL crash can lose only the last of these commits, and WAL
   // order means a lost change takes its job's completion with it: the job runs again (at least
@@ -51,6 +53,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     dispatcher,
     tokens: config.oauth === undefined ? undefined : createTokenProvider(config.oauth),
     mailer,
+    metrics,
     logger,
   });
   const workerLogger = new WorkerLogger(() => (level, message, meta) => {

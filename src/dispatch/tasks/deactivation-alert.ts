@@ -18,16 +18,21 @@ export async function deactivationAlert(context: DispatchContext, { alertId }: {
     .limit(1)
     .executeTakeFirst();
   // The transport throws on SMTP failure: graphile-worker then retries this job.
-  const handledAs = await context.mailer.send({
-    subscriptionId: alert.subscriptionId,
-    criteria: alert.criteria,
-    endpoint: alert.endpoint,
-    recipients: alert.recipients,
-    httpStatus: lastFailure?.http_status ?? undefined,
-    errorMessage: alert.reason,
-    undeliveredResourceUrl:
-      lastFailure?.resource_type && lastFailure.resource_id ? `${context.baseUrl}/fhir/resources/${lastFailure.resource_type}/${lastFailure.resource_id}` : undefined,
-    deactivatedAt: alert.created_at.toISOString(),
-  });
+  const handledAs = await context.mailer
+    .send({
+      subscriptionId: alert.subscriptionId,
+      criteria: alert.criteria,
+      endpoint: alert.endpoint,
+      recipients: alert.recipients,
+      httpStatus: lastFailure?.http_status ?? undefined,
+      errorMessage: alert.reason,
+      undeliveredResourceUrl:
+        lastFailure?.resource_type && lastFailure.resource_id ? `${context.baseUrl}/fhir/resources/${lastFailure.resource_type}/${lastFailure.resource_id}` : undefined,
+      deactivatedAt: alert.created_at.toISOString(),
+    })
+    .catch((error: unknown) => {
+      context.metrics.alertEmailFailed();
+      throw error;
+    });
   await context.db.updateTable('webhook.deactivation_alerts').set({ handled_as: handledAs, handled_at: new Date() }).where('id', '=', alert.id).execute();
 }

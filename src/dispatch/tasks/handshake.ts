@@ -14,16 +14,17 @@ export async function handshake(context: DispatchContext, { subscriptionId, atte
   await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
       await activate(db, target.id);
-      await recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'delivered');
+      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'delivered');
       return;
     }
     const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
     if (delay !== undefined) {
       await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay });
-      await recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'retrying');
+      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'retrying');
+      context.metrics.retryScheduled('handshake');
       return;
     }
     await failHandshake(db, target.id, `Handshake failed: ${describeFailure(result, target.endpoint)}`);
-    await recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'failed');
+    await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'failed');
   });
 }

@@ -6,7 +6,7 @@ import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate, resetFailureCount } from '../../subscriptions/state.ts';
-import { attemptRecord, call, type AttemptRecord, describeFailure, loadTarget, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
+import { attemptRecord, call, countCalls, type AttemptRecord, describeFailure, loadTarget, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 
 /**
@@ -37,9 +37,19 @@ export async function notification(context: DispatchContext, jobId: string, sign
   if (target?.status !== 'active') return;
   const events = await withoutSuperseded(context.db, target.id, batch.events);
   if (events.length === 0) return;
-  const bodies = await notificationBodies(context, target, events);
-  const results = await send(context, target, bodies, events.map(eventKey), signal);
+  const versions = await notificationBodies(context, target, events);
+  const results = await send(context, target, versions.map((version) => version?.body), events.map(eventKey), signal);
   await settle(context, target, judge(context, target, events, results));
+  observeLatencies(context, versions, results);
+}
+
+/** Commit to delivery, for each event delivered: from its version's lastUpdated to the subscriber's answer. */
+function observeLatencies(context: DispatchContext, versions: (NotificationBody | undefined)[], results: Sent[]): void {
+  for (const [index, result] of results.entries()) {
+    const version = versions[index];
+    if (version === undefined || typeof result === 'string' || result.verdict !== 'delivered') continue;
+    context.metrics.delivered(version.committedAt, new Date(result.startedAt.getTime() + result.durationMs));
+  }
 }
 
 /**
@@ -168,15 +178,20 @@ async function settle(context: DispatchContext, target: Target, verdict: Verdict
       .insertInto('webhook.delivery_attempts')
       .values(records)
       .execute();
+    countCalls(context, records);
     return;
   }
   await context.db.transaction().execute(async (db) => {
     if (records.length > 0) await db.insertInto('webhook.delivery_attempts').values(records).execute();
+    countCalls(context, records);
     const refusedInARow = await countRefusals(db, target.id, verdict);
     const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
     // The subscription goes to error: what is left of the batch waits for its reactivation, like any later event.
     if (deactivating !== undefined) await deactivateFor(context, db, target, deactivating.event, deactivating.result);
-    else if (retry.length > 0) await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
+    else if (retry.length > 0) {
+      await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
+      context.metrics.retryScheduled('notification', retry.length);
+    }
   });
 }
 
@@ -184,9 +199,13 @@ async function settle(context: DispatchContext, target: Target, verdict: Verdict
 async function deactivateFor(context: DispatchContext, db: Db, target: Target, event: BatchEvent, result: CallResult): Promise<void> {
   const reason = `${describeFailure(result, target.endpoint)}; ${event.resourceType}/${event.resourceId} (version ${event.versionId}) was not delivered`;
   if ((await deactivate(db, target.id, reason, target.contactEmails)) === undefined) return;
+  context.metrics.deactivated();
   const resourceUrl = `${context.baseUrl}/fhir/resources/${event.resourceType}/${event.resourceId}`;
   context.logger.warn({ subscriptionId: target.id, reason, resourceUrl }, 'subscription deactivated after repeated delivery failures');
 }
+
+/** What is sent for an event, and when its version was committed (its lastUpdated). */
+type NotificationBody = { body: unknown; committedAt: Date };
 
 /**
  * Each event's body, read in one query: the resource version itself; for
@@ -194,23 +213,24 @@ async function deactivateFor(context: DispatchContext, db: Db, target: Target, e
  * related resources (include); for a deletion the deleted resource tagged
  * DELETE. Undefined for a version that is gone.
  */
-async function notificationBodies(context: DispatchContext, target: Target, events: BatchEvent[]): Promise<unknown[]> {
+async function notificationBodies(context: DispatchContext, target: Target, events: BatchEvent[]): Promise<(NotificationBody | undefined)[]> {
   const versions = await context.db
     .selectFrom('fhir.resource_history')
-    .select(['resource_type', 'id', 'version_id', 'content'])
+    .select(['resource_type', 'id', 'version_id', 'content', 'last_updated'])
     .where((eb) => eb(eb.refTuple('resource_type', 'id', 'version_id'), 'in', events.map((event) => eb.tuple(event.resourceType, event.resourceId, event.versionId))))
     .execute();
-  const contentOf = new Map(versions.map((version) => [versionKey(version.resource_type, version.id, version.version_id), version.content]));
+  const versionOf = new Map(versions.map((version) => [versionKey(version.resource_type, version.id, version.version_id), version]));
   return Promise.all(
     events.map(async (event) => {
-      const resource = contentOf.get(versionKey(event.resourceType, event.resourceId, event.versionId));
-      if (resource === undefined) return undefined;
+      const version = versionOf.get(versionKey(event.resourceType, event.resourceId, event.versionId));
+      if (version === undefined) return undefined;
+      const resource = version.content;
       if (event.deleted) {
         const meta = (resource.meta ?? {}) as { tag?: unknown[] };
         const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-        return { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } };
+        return { body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt: version.last_updated };
       }
-      return withIncludes(context, target, resource);
+      return { body: await withIncludes(context, target, resource), committedAt: version.last_updated };
     }),
   );
 }

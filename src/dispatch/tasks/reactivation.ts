@@ -24,6 +24,6 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
     } else {
       await failReactivation(db, target.id, `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`);
     }
-    await recordAttempt(db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
+    await recordAttempt(context, db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
   });
 }

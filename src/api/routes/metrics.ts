@@ -1,0 +1,13 @@
+import type { FastifyPluginAsync } from 'fastify';
+import { exposition } from '../../metrics/exposition.ts';
+import type { Metrics } from '../../metrics/metrics.ts';
+
+export type MetricsRoutesOptions = { metrics: Metrics };
+
+/** Prometheus metrics on the API's port; no API key needed (METRICS_PORT moves them to a port of their own). */
+export const metricsRoutes: FastifyPluginAsync<MetricsRoutesOptions> = async (app, { metrics }) => {
+  app.get('/metrics', { schema: { summary: 'Prometheus metrics (text exposition format)', security: [] } }, async (_request, reply) => {
+    const { contentType, body } = await exposition(metrics);
+    return reply.type(contentType).send(body);
+  });
+};

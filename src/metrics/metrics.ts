@@ -1,0 +1,151 @@
+import { sql } from 'kysely';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Db } from '../db/database.ts';
+
+/**
+ * The service's Prometheus metrics (prom-client), one registry per process.
+ * The dispatcher counts what it does as it does it; the queue and the
+ * subscriptions are read from the database at each scrape, so that any
+ * process serving /metrics tells the whole database's state. Names follow
+ * Prometheus conventions: `fhir_webhooks_` prefix, base units, `_total` for
+ * counters. docs/operators.md explains each one.
+ */
+export type Metrics = ReturnType<typeof createMetrics>;
+
+export type DeliveryKind = 'handshake' | 'notification';
+export type DeliveryOutcome = 'delivered' | 'retrying' | 'failed';
+
+/** Seconds: a call answers in milliseconds to the 15 s response budget. */
+const callBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15];
+/** Seconds: from a commit to its delivery, through retries (minutes) and outages. */
+const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600];
+
+/** `database`: where the queue and subscription gauges are read; without it they are left out. */
+export function createMetrics(database?: Db) {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+
+  const deliveries = new Counter({
+    name: 'fhir_webhooks_deliveries_total',
+    help: 'Calls to subscribers by kind (handshake, notification) and outcome (delivered; retrying: failed, tried again; failed: failed for good)',
+    labelNames: ['kind', 'outcome'],
+    registers,
+  });
+  const callDuration = new Histogram({
+    name: 'fhir_webhooks_delivery_duration_seconds',
+    help: 'Duration of a call to a subscriber, by kind, from the request to the answer read',
+    labelNames: ['kind'],
+    buckets: callBuckets,
+    registers,
+  });
+  const commitToDelivery = new Histogram({
+    name: 'fhir_webhooks_commit_to_delivery_seconds',
+    help: "From a resource version's lastUpdated (its commit) to the subscriber's 2xx answer of the call delivering it",
+    buckets: latencyBuckets,
+    registers,
+  });
+  const retries = new Counter({
+    name: 'fhir_webhooks_retries_scheduled_total',
+    help: 'Events and handshakes scheduled to be tried again after a failed call, by kind',
+    labelNames: ['kind'],
+    registers,
+  });
+  const deactivations = new Counter({
+    name: 'fhir_webhooks_deactivations_total',
+    help: 'Active subscriptions moved to error after repeated delivery failures',
+    registers,
+  });
+  const alertFailures = new Counter({
+    name: 'fhir_webhooks_alert_email_failures_total',
+    help: 'Deactivation alert e-mails the SMTP server did not take (the job is retried)',
+    registers,
+  });
+  const tokenFailures = new Counter({
+    name: 'fhir_webhooks_oauth_token_failures_total',
+    help: 'Requests to the OAuth token endpoint that gave no token (the call is not made and counts as a retryable failure)',
+    registers,
+  });
+  for (const kind of ['handshake', 'notification'] satisfies DeliveryKind[]) {
+    retries.inc({ kind }, 0);
+    for (const outcome of ['delivered', 'retrying', 'failed'] satisfies DeliveryOutcome[]) deliveries.inc({ kind, outcome }, 0);
+  }
+
+  if (database !== undefined) registerDatabaseGauges(database, registers);
+
+  return {
+    registry,
+    /** A call's result as recorded in webhook.delivery_attempts. */
+    called(kind: DeliveryKind, outcome: DeliveryOutcome, durationMs: number): void {
+      deliveries.inc({ kind, outcome });
+      callDuration.observe({ kind }, durationMs / 1000);
+    },
+    delivered(committedAt: Date, answeredAt: Date): void {
+      commitToDelivery.observe(Math.max(0, answeredAt.getTime() - committedAt.getTime()) / 1000);
+    },
+    retryScheduled(kind: DeliveryKind, count = 1): void {
+      retries.inc({ kind }, count);
+    },
+    deactivated(): void {
+      deactivations.inc();
+    },
+    alertEmailFailed(): void {
+      alertFailures.inc();
+    },
+    tokenRequestFailed(): void {
+      tokenFailures.inc();
+    },
+  };
+}
+
+const statuses = ['requested', 'active', 'error', 'off'];
+
+/**
+ * Gauges read at each scrape: graphile-worker's jobs by task (waiting: due
+ * and not taken; scheduled: due later, such as retries; running: taken), the
+ * age of the oldest waiting job by task, and the subscriptions by status.
+ */
+function registerDatabaseGauges(db: Db, registers: Registry[]): void {
+  new Gauge({
+    name: 'fhir_webhooks_jobs',
+    help: "graphile-worker's jobs by task and state (waiting: due, not taken; scheduled: due later, such as retries; running: taken by a worker)",
+    labelNames: ['task', 'state'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ task: string; state: string; jobs: number }>`
+        SELECT task_identifier AS task,
+               CASE WHEN locked_at IS NOT NULL THEN 'running' WHEN run_at > now() THEN 'scheduled' ELSE 'waiting' END AS state,
+               count(*)::int AS jobs
+        FROM graphile_worker.jobs
+        GROUP BY 1, 2`.execute(db);
+      this.reset();
+      for (const row of rows) this.set({ task: row.task, state: row.state }, row.jobs);
+    },
+  });
+  new Gauge({
+    name: 'fhir_webhooks_oldest_waiting_job_age_seconds',
+    help: 'How long the oldest job that is due and not taken has been due, by task',
+    labelNames: ['task'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ task: string; age: number }>`
+        SELECT task_identifier AS task, extract(epoch FROM now() - min(run_at))::float8 AS age
+        FROM graphile_worker.jobs
+        WHERE locked_at IS NULL AND run_at <= now()
+        GROUP BY 1`.execute(db);
+      this.reset();
+      for (const row of rows) this.set({ task: row.task }, row.age);
+    },
+  });
+  new Gauge({
+    name: 'fhir_webhooks_subscriptions',
+    help: 'Subscriptions by status',
+    labelNames: ['status'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ status: string; subscriptions: number }>`
+        SELECT status, count(*)::int AS subscriptions FROM webhook.subscriptions GROUP BY status`.execute(db);
+      for (const status of statuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
+    },
+  });
+}

@@ -1,0 +1,167 @@
+import pino from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../src/api/app.ts';
+import { createApiKey } from '../src/auth/api-keys.ts';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers } from '../src/dispatch/worker.ts';
+import { createMetrics } from '../src/metrics/metrics.ts';
+import { startService } from '../src/service.ts';
+import { baseUrl, testSecretsKey } from './support/app.ts';
+import { createTestDatabase } from './support/database.ts';
+import { freePort, startReceiver, waitFor } from './support/receiver.ts';
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+/** The samples of a Prometheus text exposition, by series (`name{label="value",…}`). */
+function samples(text: string): Map<string, number> {
+  const series = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    series.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return series;
+}
+
+describe('/metrics after real deliveries', () => {
+  it('counts calls by kind and outcome, their durations, commit-to-delivery latency, retries, deactivations, alert failures, and reads the queue and subscriptions from the database', { timeout: 60_000 }, async () => {
+    const database = await createTestDatabase();
+    cleanups.push(() => database.drop());
+    const metrics = createMetrics(database.db);
+    const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
+    cleanups.push(() => app.close());
+    const config = loadConfig({
+      BASE_URL: baseUrl,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      DELIVERY_RETRY_DELAYS_MS: '50',
+      DELIVERY_MAX_FAILURES: '2',
+      // Nothing listens there: the alert e-mail fails (and is retried).
+      SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
+    });
+    const workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }), metrics);
+    cleanups.push(() => workers.stop());
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const { key } = await createApiKey(database.db, 'metrics');
+    const fhir = (method: 'GET' | 'POST', url: string, body?: unknown) =>
+      app.inject({ method, url: `/fhir/resources${url}`, headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, ...(body === undefined ? {} : { payload: JSON.stringify(body) }) });
+    const scrape = async () => {
+      // No API key: a scraper has none.
+      const response = await app.inject({ method: 'GET', url: '/metrics' });
+      expect(response.statusCode).toBe(200);
+      expect(response.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
+      return samples(response.body);
+    };
+
+    const before = await scrape();
+    expect(before.get('fhir_webhooks_deliveries_total{kind="notification",outcome="delivered"}')).toBe(0);
+    expect(before.get('fhir_webhooks_subscriptions{status="active"}')).toBe(0);
+    expect(before.has('process_cpu_user_seconds_total')).toBe(true);
+
+    const created = await fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: 'Patient?family=Measured',
+      reason: 'metrics',
+      contact: [{ system: 'email', value: 'ops@example.org' }],
+      channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: metrics'] },
+    });
+    expect(created.statusCode).toBe(201);
+    const active = await waitFor(async () => ((await scrape()).get('fhir_webhooks_subscriptions{status="active"}') === 1 ? true : undefined), 10_000, 'the activation');
+    expect(active).toBe(true);
+    await fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
+    const delivered = await waitFor(async () => {
+      const now = await scrape();
+      return now.get('fhir_webhooks_deliveries_total{kind="notification",outcome="delivered"}') === 1 ? now : undefined;
+    }, 10_000, 'the delivery counted');
+    expect(delivered.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="delivered"}')).toBe(1);
+    expect(delivered.get('fhir_webhooks_delivery_duration_seconds_count{kind="notification"}')).toBe(1);
+    expect(delivered.get('fhir_webhooks_delivery_duration_seconds_count{kind="handshake"}')).toBe(1);
+    expect(delivered.get('fhir_webhooks_commit_to_delivery_seconds_count')).toBe(1);
+    // From the commit to the answer: more than nothing, less than the whole test.
+    const latency = delivered.get('fhir_webhooks_commit_to_delivery_seconds_sum')!;
+    expect(latency).toBeGreaterThan(0);
+    expect(latency).toBeLessThan(10);
+
+    // Two failed calls: a retry, then the deactivation, whose e-mail cannot be sent.
+    receiver.answer = () => ({ status: 500 });
+    await fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
+    const failed = await waitFor(async () => {
+      const now = await scrape();
+      return (now.get('fhir_webhooks_alert_email_failures_total') ?? 0) >= 1 ? now : undefined;
+    }, 20_000, 'the alert failure counted');
+    expect(failed.get('fhir_webhooks_deliveries_total{kind="notification",outcome="retrying"}')).toBe(1);
+    expect(failed.get('fhir_webhooks_deliveries_total{kind="notification",outcome="failed"}')).toBe(1);
+    expect(failed.get('fhir_webhooks_retries_scheduled_total{kind="notification"}')).toBe(1);
+    expect(failed.get('fhir_webhooks_deactivations_total')).toBe(1);
+    expect(failed.get('fhir_webhooks_subscriptions{status="error"}')).toBe(1);
+    expect(failed.get('fhir_webhooks_subscriptions{status="active"}')).toBe(0);
+    // The alert job waits for graphile-worker's retry: the queue gauge reads it from the database.
+    const alertJobs = [...failed].filter(([series]) => series.startsWith('fhir_webhooks_jobs{task="deactivation_alert"'));
+    expect(alertJobs.reduce((sum, [, count]) => sum + count, 0)).toBe(1);
+  });
+});
+
+describe('/metrics when the OAuth token endpoint fails', () => {
+  it('counts the failed token requests; the subscriber is never called', { timeout: 30_000 }, async () => {
+    const database = await createTestDatabase();
+    cleanups.push(() => database.drop());
+    const metrics = createMetrics(database.db);
+    const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
+    cleanups.push(() => app.close());
+    const config = loadConfig({
+      BASE_URL: baseUrl,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      DELIVERY_RETRY_DELAYS_MS: '50',
+      OAUTH_TOKEN_URL: `http://127.0.0.1:${await freePort()}/token`,
+      OAUTH_CLIENT_ID: 'webhooks',
+      OAUTH_CLIENT_SECRET: 'secret',
+    });
+    const workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }), metrics);
+    cleanups.push(() => workers.stop());
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const { key } = await createApiKey(database.db, 'metrics');
+    const created = await app.inject({
+      method: 'POST',
+      url: '/fhir/resources/Subscription',
+      headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' },
+      payload: JSON.stringify({ resourceType: 'Subscription', status: 'requested', criteria: 'Patient?family=Tokenless', reason: 'metrics', channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json' } }),
+    });
+    expect(created.statusCode).toBe(201);
+    const scraped = await waitFor(async () => {
+      const now = samples((await app.inject({ method: 'GET', url: '/metrics' })).body);
+      return (now.get('fhir_webhooks_oauth_token_failures_total') ?? 0) >= 1 ? now : undefined;
+    }, 10_000, 'the token failure counted');
+    expect(scraped.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="retrying"}')).toBeGreaterThanOrEqual(1);
+    expect(receiver.calls).toEqual([]);
+  });
+});
+
+describe('METRICS_PORT', () => {
+  it('serves /metrics on a port of its own, and not on the API port', async () => {
+    const database = await createTestDatabase();
+    cleanups.push(() => database.drop());
+    const metricsPort = await freePort();
+    const config = loadConfig({
+      DATABASE_URL: database.url,
+      PORT: '0',
+      METRICS_PORT: String(metricsPort),
+      BOOTSTRAP_API_KEY: 'bootstrap-key-0123456789',
+      SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
+    });
+    const service = await startService(config, pino({ level: 'silent' }), { api: true, workers: false });
+    try {
+      const own = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      expect(own.status).toBe(200);
+      expect(samples(await own.text()).get('fhir_webhooks_subscriptions{status="active"}')).toBe(0);
+      expect((await fetch(`http://127.0.0.1:${metricsPort}/other`)).status).toBe(404);
+      expect((await fetch(`${service.address}/metrics`)).status).toBe(404);
+    } finally {
+      await service.close();
+    }
+  });
+});
