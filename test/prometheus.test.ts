@@ -35,7 +35,7 @@ function promtool(args: string[], input?: string): { status: number | null; outp
   return { status: result.status, output: `${result.stdout}${result.stderr}` };
 }
 
-describe.skipIf(!installed && process.env.CI === undefined)('a real Prometheus scraping the service', () => {
+describe.skipIf(!installed && process.env.CI === undefined)("a real Prometheus scraping the service (Debian's prometheus package; skipped where it is missing, outside CI)", () => {
   it('promtool accepts the repository\'s scrape configuration', () => {
     const { status, output } = promtool(['check', 'config', repositoryConfig]);
     expect(output).toContain('SUCCESS');
