@@ -122,13 +122,34 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     expect(receiver.calls.at(-1)!.headers.authorization).toBe(`Bearer ${secrets.oauthAccessToken}`);
     await waitFor(async () => ((await status(id)) === 'active' ? true : undefined), 30_000, 'the reactivation');
 
+    // Switched off, in a transaction Bundle.
+    const switchedOff = await fetch(`http://127.0.0.1:${port}/fhir/resources/Bundle`, {
+      method: 'POST',
+      headers: { 'x-api-key': secrets.apiKey, 'content-type': 'application/fhir+json' },
+      body: JSON.stringify({ resourceType: 'Bundle', type: 'transaction', entry: [{ resource: { ...subscription([]), status: 'off' }, request: { method: 'POST', url: 'Subscription' } }] }),
+    });
+    expect(switchedOff.status).toBe(200);
+    expect(await status(id)).toBe('off');
+
     service.interrupt('SIGINT');
     expect(await service.exited).toBe(0);
 
     // What the process wrote: trace-level JSON lines, the lifecycle's events among them.
     const lines = service.output().split('\n').filter((line) => line.startsWith('{'));
     expect(lines.some((line) => (JSON.parse(line) as { level: number }).level <= 20)).toBe(true);
-    expect(service.output()).toContain('subscription deactivated after repeated delivery failures');
+    // One info line (or warning) per change of the subscription's state, naming it.
+    const changes = lines
+      .map((line) => JSON.parse(line) as { msg: string; subscriptionId?: string })
+      .filter((line) => line.subscriptionId === id && (line.msg.startsWith('subscription') || line.msg.startsWith('notifications')))
+      .map((line) => line.msg);
+    expect(changes).toEqual([
+      'subscription created (requested)',
+      'subscription activated',
+      'notifications failed; retrying',
+      'subscription deactivated after repeated delivery failures',
+      'subscription reactivated by a new event',
+      'subscription switched off',
+    ]);
     // What it recorded: every row of every table it writes, as text.
     const { rows: tables } = await database.pool.query<{ name: string }>(
       `SELECT format('%I.%I', table_schema, table_name) AS name FROM information_schema.tables

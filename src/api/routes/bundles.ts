@@ -1,6 +1,8 @@
+import type { FastifyBaseLogger } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
+import type { FhirResource } from '../../db/schema.ts';
 import { assertResourceBody, createResource } from '../../resources/store.ts';
 import { asProcessableBundle, processBundle } from '../../resources/bundle.ts';
 import type { SubscriptionContext } from '../../subscriptions/store.ts';
@@ -13,6 +15,21 @@ export type BundleRoutesOptions = { db: Db; serviceBase: string; subscriptions: 
 const bundleBody = z.looseObject({ resourceType: z.literal('Bundle'), type: z.string() }).describe('A FHIR Bundle');
 
 /**
+ * The subscriptions a processed Bundle created or switched off, once it is
+ * committed: a line each, as POST /Subscription logs them. Its entries were
+ * checked while it was processed; a response entry answers the request entry
+ * at its position.
+ */
+function logSubscriptionChanges(log: FastifyBaseLogger, request: { entry: unknown[] }, response: FhirResource): void {
+  const answers = (response.entry ?? []) as { resource?: { resourceType?: string; id?: string }; response?: { status?: string } }[];
+  for (const [index, answer] of answers.entries()) {
+    const method = (request.entry[index] as { request?: { method?: string } } | undefined)?.request?.method;
+    if (answer.resource?.resourceType !== 'Subscription' || method !== 'POST') continue;
+    log.info({ subscriptionId: answer.resource.id }, answer.response?.status?.startsWith('201') ? 'subscription created (requested)' : 'subscription switched off');
+  }
+}
+
+/**
  * POST /Bundle: a transaction or batch is processed; a Bundle of any other
  * type (document, collection, ...) is stored as a resource.
  */
@@ -22,7 +39,11 @@ export const bundleRoutes: FastifyPluginAsyncZod<BundleRoutesOptions> = async (a
     { schema: { summary: 'Process a transaction or batch Bundle, or store any other Bundle', body: bundleBody } },
     async (request, reply) => {
       const processable = asProcessableBundle(request.body);
-      if (processable) return reply.type(fhirJson).send(await processBundle(db, processable, serviceBase, subscriptions, callerOf(request)));
+      if (processable) {
+        const response = await processBundle(db, processable, serviceBase, subscriptions, callerOf(request));
+        logSubscriptionChanges(request.log, processable, response);
+        return reply.type(fhirJson).send(response);
+      }
       assertResourceBody('Bundle', request.body);
       return sendVersion(reply, 201, await createResource(db, 'Bundle', request.body), { serviceBase, location: true });
     },

@@ -25,6 +25,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
 
   app.post('/Subscription', { schema: { summary: 'Create a subscription (status requested) or switch one off (status off)' } }, async (request, reply) => {
     const { created, resource } = await submitSubscription(db, context, request.body, callerOf(request));
+    request.log.info({ subscriptionId: resource.id }, created ? 'subscription created (requested)' : 'subscription switched off');
     return reply.code(created ? 201 : 200).type(fhirJson).header('location', `${serviceBase}/Subscription/${resource.id}`).send(resource);
   });
 

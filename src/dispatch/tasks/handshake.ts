@@ -11,20 +11,24 @@ export async function handshake(context: DispatchContext, { subscriptionId, atte
   const target = await loadTarget(context, subscriptionId);
   if (target?.status !== 'requested') return;
   const result = await call(context, target, handshakeBundle(context, target), 'handshake', signal);
+  const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
+  const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
   await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
       await activate(db, target.id);
       await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'delivered');
-      return;
-    }
-    const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
-    if (delay !== undefined) {
+    } else if (delay !== undefined) {
       await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay });
       await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'retrying');
-      context.metrics.retryScheduled('handshake');
-      return;
+    } else {
+      await failHandshake(db, target.id, reason);
+      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'failed');
     }
-    await failHandshake(db, target.id, `Handshake failed: ${describeFailure(result, target.endpoint)}`);
-    await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'failed');
   });
+  // One line per change of state, once committed (the reason masks the endpoint's credentials).
+  if (result.verdict === 'delivered') context.logger.info({ subscriptionId }, 'subscription activated');
+  else if (delay !== undefined) {
+    context.metrics.retryScheduled('handshake');
+    context.logger.info({ subscriptionId, attempt, retryInMs: delay, reason }, 'subscription handshake failed; retrying');
+  } else context.logger.info({ subscriptionId, attempt, reason }, 'subscription in error: its handshake failed');
 }

@@ -181,18 +181,20 @@ async function settle(context: DispatchContext, target: Target, verdict: Verdict
     countCalls(context, records);
     return;
   }
-  await context.db.transaction().execute(async (db) => {
+  const retrying = await context.db.transaction().execute(async (db) => {
     if (records.length > 0) await db.insertInto('webhook.delivery_attempts').values(records).execute();
     countCalls(context, records);
     const refusedInARow = await countRefusals(db, target.id, verdict);
     const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
     // The subscription goes to error: what is left of the batch waits for its reactivation, like any later event.
     if (deactivating !== undefined) await deactivateFor(context, db, target, deactivating.event, deactivating.result);
-    else if (retry.length > 0) {
-      await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
-      context.metrics.retryScheduled('notification', retry.length);
-    }
+    else if (retry.length > 0) await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
+    return deactivating === undefined && retry.length > 0;
   });
+  if (retrying) {
+    context.metrics.retryScheduled('notification', retry.length);
+    context.logger.info({ subscriptionId: target.id, events: retry.length, retryInMs: verdict.retryDelayMs }, 'notifications failed; retrying');
+  }
 }
 
 /** Deactivates with a reason naming the event not delivered (the resource the alert links to). */

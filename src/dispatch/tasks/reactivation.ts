@@ -18,12 +18,17 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
   if (target?.status !== 'error') return;
   if (await isSuperseded(context.db, target.id)) return;
   const result = await call(context, target, handshakeBundle(context, target), `reactivation handshake for ${eventKey(batchEvent)}`, signal);
-  await context.db.transaction().execute(async (db) => {
-    if (result.verdict === 'delivered') {
-      if (await reactivate(db, target.id)) await deliver(db);
-    } else {
-      await failReactivation(db, target.id, `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`);
-    }
+  const reason = `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`;
+  const reactivated = await context.db.transaction().execute(async (db) => {
     await recordAttempt(context, db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
+    if (result.verdict !== 'delivered') {
+      await failReactivation(db, target.id, reason);
+      return false;
+    }
+    if (!(await reactivate(db, target.id))) return false;
+    await deliver(db);
+    return true;
   });
+  if (reactivated) context.logger.info({ subscriptionId, resource: eventKey(batchEvent) }, 'subscription reactivated by a new event');
+  else if (result.verdict !== 'delivered') context.logger.info({ subscriptionId, reason }, 'subscription reactivation failed; still in error');
 }
