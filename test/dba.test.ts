@@ -1,0 +1,127 @@
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
+
+/**
+ * docs/dba.md's queries, each run with psql as a DBA would run it, against a
+ * database where what they ask about happened: a subscription that went to
+ * error, another with work waiting (its workers stopped), a resource
+ * delivered.
+ */
+
+/** The page's sections that hold a query: its ### heading and its sql block. */
+const queries = new Map(
+  [...readFileSync('docs/dba.md', 'utf8').matchAll(/^### (.+)\n[\s\S]*?```sql\n([\s\S]*?)```/gm)].map((match) => [match[1]!, match[2]!]),
+);
+
+let t: TestApp;
+let workers: Workers | undefined;
+const receivers: Receiver[] = [];
+const ids = { failing: '', waiting: '', deliveredPatient: '', waitingPatient: '' };
+
+beforeAll(async () => {
+  t = await startTestApp();
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
+  const good = await startReceiver();
+  const bad = await startReceiver();
+  receivers.push(good, bad);
+  // The handshake passes, every notification fails: one failure puts it in error.
+  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 500 });
+  ids.waiting = (await subscribe(t, 'Patient?family=Waiting', good.url)).id;
+  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
+  await untilStatus(t, ids.waiting, 'active');
+  await untilStatus(t, ids.failing, 'active');
+
+  ids.deliveredPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
+  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
+  await untilStatus(t, ids.failing, 'error');
+  await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.delivery_attempts WHERE resource_id = $1`, [ids.deliveredPatient])).rowCount === 1 ? true : undefined));
+  // No workers from here: the next event waits in the queue.
+  await workers.stop();
+  workers = undefined;
+  ids.waitingPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
+}, 60_000);
+
+afterAll(async () => {
+  await workers?.stop();
+  for (const receiver of receivers) await receiver.close();
+  await t?.close();
+});
+
+/** Runs one of the page's blocks with psql, its variables given as a DBA would; unaligned output, `|` between columns. */
+function runQuery(heading: string): string {
+  const query = queries.get(heading);
+  if (query === undefined) throw new Error(`docs/dba.md has no query under "### ${heading}"`);
+  const variables = { subscription_id: ids.failing, resource_type: 'Patient', resource_id: ids.deliveredPatient };
+  const result = spawnSync(
+    'psql',
+    [t.database.url, '-X', '--no-psqlrc', '-v', 'ON_ERROR_STOP=1', '-A', '-F', '|', ...Object.entries(variables).flatMap(([name, value]) => ['-v', `${name}=${value}`])],
+    { input: query, encoding: 'utf8' },
+  );
+  expect(result.stderr).toBe('');
+  expect(result.status).toBe(0);
+  return result.stdout;
+}
+
+describe('docs/dba.md', () => {
+  it('has the queries this test knows, and no other', () => {
+    expect([...queries.keys()]).toEqual([
+      'Why did a subscription go to error?',
+      'Which subscriptions are failing?',
+      'What is waiting to be delivered?',
+      'What was delivered for a resource?',
+      'How big are the tables?',
+      'What is safe to delete?',
+    ]);
+  });
+
+  it('why a subscription went to error: its reason, then the failed call', () => {
+    const output = runQuery('Why did a subscription go to error?');
+    expect(output).toMatch(/^error\|HTTP 500 from http:\/\/127\.0\.0\.1:\d+\/hook; Patient\/[\w-]+ \(version 1\) was not delivered\|0\|/m);
+    expect(output).toMatch(/\|notification\|1\|failed\|500\|HTTP 500\|Patient\|/);
+    expect(output).toMatch(/\|handshake\|1\|delivered\|200\|/);
+  });
+
+  it('which subscriptions are failing: the one in error, not the healthy one', () => {
+    const output = runQuery('Which subscriptions are failing?');
+    expect(output).toContain(`${ids.failing}|error|Patient?family=Failing|`);
+    expect(output).not.toContain(ids.waiting);
+  });
+
+  it('what is waiting: the event written while no worker ran, for its subscription', () => {
+    const output = runQuery('What is waiting to be delivered?');
+    expect(output).toMatch(new RegExp(`^${ids.waiting}\\|Patient\\?family=Waiting\\|active\\|notification_delivery\\|1\\|1\\|1\\|0\\|0\\|`, 'm'));
+  });
+
+  it('what was delivered for a resource: its version, to the subscription it matched', () => {
+    const output = runQuery('What was delivered for a resource?');
+    expect(output).toContain(`|${ids.waiting}|Patient?family=Waiting|notification|1|1|delivered|200|`);
+    expect(output).toMatch(/\(1 row\)/);
+  });
+
+  it('how big the tables are', () => {
+    const output = runQuery('How big are the tables?');
+    for (const table of ['fhir.resources', 'fhir.resource_history', 'webhook.subscriptions', 'webhook.delivery_attempts', 'graphile_worker._private_jobs']) {
+      expect(output).toContain(`${table}|`);
+    }
+  });
+
+  it('what is safe to delete: the statements run, and the block rolls back', async () => {
+    const before = await t.database.pool.query('SELECT count(*)::int AS n FROM webhook.delivery_attempts');
+    const output = runQuery('What is safe to delete?');
+    expect(output.match(/^DELETE \d+$/gm)).toHaveLength(3);
+    expect(output.trim().endsWith('ROLLBACK')).toBe(true);
+    expect((await t.database.pool.query('SELECT count(*)::int AS n FROM webhook.delivery_attempts')).rows).toEqual(before.rows);
+  });
+});
