@@ -10,6 +10,7 @@ import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
+import dashboard from '../monitoring/grafana/dashboards/fhir-webhooks.json' with { type: 'json' };
 import { baseUrl, testSecretsKey } from './support/app.ts';
 import { createTestDatabase } from './support/database.ts';
 import { freePort, startReceiver, waitFor } from './support/receiver.ts';
@@ -58,7 +59,7 @@ describe.skipIf(!installed && process.env.CI === undefined)("a real Prometheus s
     // The repository's configuration, its target pointed at this service and scraped every second.
     const dir = await mkdtemp(path.join(tmpdir(), 'prometheus-'));
     cleanups.push(() => rm(dir, { recursive: true, force: true }));
-    const config = (await readFile(repositoryConfig, 'utf8')).replace("'app:8080'", `'127.0.0.1:${servicePort}'`).replace(/scrape_interval: \d+s/, 'scrape_interval: 1s');
+    const config = (await readFile(repositoryConfig, 'utf8')).replace("'service:8080'", `'127.0.0.1:${servicePort}'`).replace(/scrape_interval: \d+s/, 'scrape_interval: 1s');
     expect(config).toContain(`127.0.0.1:${servicePort}`);
     await writeFile(path.join(dir, 'prometheus.yml'), config);
     const prometheusPort = await freePort();
@@ -112,6 +113,21 @@ describe.skipIf(!installed && process.env.CI === undefined)("a real Prometheus s
     expect(up?.value[1]).toBe('1');
     const [active] = await query('fhir_webhooks_subscriptions{status="active"}');
     expect(active?.value[1]).toBe('1');
+
+    // Every query of the Grafana dashboard is valid PromQL over this data; the calls panel has data
+    // (a rate needs two scrapes).
+    await waitFor(async () => {
+      const [scrapes] = await query('count_over_time(up{job="fhir-webhooks"}[1m])');
+      return Number(scrapes?.value[1] ?? 0) >= 2 ? true : undefined;
+    }, 30_000, 'a second scrape');
+    const panels = dashboard.panels.map((panel) => ({ title: panel.title, expressions: panel.targets.map((target) => target.expr) }));
+    for (const { title, expressions } of panels) {
+      for (const expression of expressions) expect(await query(expression), `${title}: ${expression}`).toBeInstanceOf(Array);
+    }
+    const [calls] = panels.filter((panel) => panel.title.startsWith('Calls to subscribers'));
+    expect((await query(calls!.expressions[0]!)).map((series) => series.metric)).toEqual(
+      expect.arrayContaining([{ kind: 'notification', outcome: 'delivered' }, { kind: 'handshake', outcome: 'delivered' }]),
+    );
 
     // promtool's lint: the service's own metrics pass; of prom-client's process metrics, it
     // flags only three gauges named `…_total`, which that library names so.
