@@ -1,12 +1,16 @@
 import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
 import path from 'node:path';
-import { Command, CommanderError } from 'commander';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, type ApiKeyScope } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
+import type { Db } from './db/database.ts';
+import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
+import { attemptsAfter, findSubscription, latestAttemptId, listSubscriptions, queuedWork, recentAttempts, type Attempt } from './operations/delivery-overview.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
 
 /** The command was right but could not be done: say why, exit 1. */
@@ -92,6 +96,51 @@ function commandLine(): Command {
       }),
     );
 
+  const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
+  subscriptions
+    .command('list')
+    .description('list the subscriptions: id, status, failures in a row, criteria, endpoint (credentials masked), error')
+    .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
+    .action((options: { status?: SubscriptionStatus[] }) =>
+      withDatabase(async ({ db }) => {
+        const rows = (await listSubscriptions(db, options)).map((row) => [row.id, row.status, String(row.failureCount), row.criteria, row.endpoint, row.error ?? '']);
+        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILURES', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
+      }),
+    );
+  subscriptions
+    .command('show')
+    .description('one subscription: its state, its last 20 calls and what is queued for it')
+    .argument('<id>', "the subscription's id")
+    .action((id: string) =>
+      withDatabase(async ({ db }) => {
+        const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id) : undefined;
+        if (subscription === undefined) throw new CommandError(`No subscription has id '${id}' (subscriptions list shows them).`);
+        console.log(
+          [
+            `Subscription ${subscription.id}`,
+            `  status    ${subscription.status}${subscription.error === null ? '' : `: ${subscription.error}`}`,
+            `  criteria  ${subscription.criteria}`,
+            `  endpoint  ${subscription.endpoint}`,
+            `  failures  ${subscription.failureCount} in a row`,
+            `  created   ${subscription.createdAt.toISOString()}`,
+          ].join('\n'),
+        );
+        const calls = await recentAttempts(db, subscription.id);
+        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'KIND', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR'], calls.map(attemptCells))}`);
+        const queued = await queuedWork(db, subscription.id);
+        const queuedRows = queued.map((work) => [work.task, String(work.jobs), String(work.events), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
+        console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['TASK', 'JOBS', 'EVENTS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
+      }),
+    );
+
+  program
+    .command('deliveries')
+    .description('calls to subscribers')
+    .command('tail')
+    .description('print the calls to subscribers as they are recorded, until Ctrl-C')
+    .option('--subscription <id>', "only this subscription's calls")
+    .action((options: { subscription?: string }) => withDatabase((database) => tailDeliveries(database.db, options.subscription)));
+
   program
     .command('psql')
     .description(`open psql on the service's database (arguments after psql go to psql, e.g. psql -c "select 1")`)
@@ -101,6 +150,39 @@ function commandLine(): Command {
     .action((args: string[]) => psql(args));
 
   return program;
+}
+
+function parseStatuses(value: string): SubscriptionStatus[] {
+  const statuses = value.split(',').map((status) => status.trim());
+  const unknown = statuses.filter((status) => !(subscriptionStatuses as readonly string[]).includes(status));
+  if (unknown.length > 0) throw new InvalidArgumentError(`unknown status ${unknown.join(', ')}: use ${subscriptionStatuses.join(', ')}.`);
+  return statuses as SubscriptionStatus[];
+}
+
+function attemptCells(call: Attempt): string[] {
+  return [call.startedAt.toISOString(), call.kind, call.resource ?? '-', String(call.attempt), call.outcome, call.httpStatus === null ? '-' : String(call.httpStatus), String(call.durationMs), call.error ?? ''];
+}
+
+/** `deliveries tail`: the calls recorded from now on, one line each, polled every half second until a signal. */
+async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promise<void> {
+  if (subscriptionId !== undefined && !z.uuid().safeParse(subscriptionId).success) throw new CommandError(`'${subscriptionId}' is not a subscription id.`);
+  const defaultSignal = onTerminationSignal;
+  let stopped = false;
+  const stop = new Promise<void>((resolve) => (onTerminationSignal = () => ((stopped = true), resolve())));
+  try {
+    let after = await latestAttemptId(db);
+    console.log(`Following the calls to ${subscriptionId === undefined ? 'every subscriber' : `subscription ${subscriptionId}`}; Ctrl-C stops.`);
+    while (!stopped) {
+      for (const call of await attemptsAfter(db, after, subscriptionId)) {
+        after = call.id;
+        const [started, kind, resource, attempt, outcome, status, ms, error] = attemptCells(call);
+        console.log(`${started}  ${call.subscriptionId}  ${kind} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}`);
+      }
+      await Promise.race([stop, sleep(500)]);
+    }
+  } finally {
+    onTerminationSignal = defaultSignal;
+  }
 }
 
 /** Configuration and a logger for a command that runs once: quiet unless LOG_LEVEL asks for more than info. */

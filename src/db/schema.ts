@@ -35,7 +35,9 @@ export interface ApiKeysTable {
 /** What a key may do (migration 0013): read, write, and admin (every subscription, not only its own). */
 export type ApiKeyScope = 'read' | 'write' | 'admin';
 
-export type SubscriptionStatus = 'requested' | 'active' | 'error' | 'off';
+/** A subscription's states (the machine: src/subscriptions/state.ts). */
+export const subscriptionStatuses = ['requested', 'active', 'error', 'off'] as const;
+export type SubscriptionStatus = (typeof subscriptionStatuses)[number];
 
 export interface SubscriptionsTable {
   id: Generated<string>;

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/database.ts';
+import { subscriptionStatuses } from '../db/schema.ts';
 
 /**
  * The service's Prometheus metrics (prom-client), one registry per process.
@@ -98,8 +99,6 @@ export function createMetrics(database?: Db) {
   };
 }
 
-const statuses = ['requested', 'active', 'error', 'off'];
-
 /**
  * Gauges read at each scrape: graphile-worker's jobs by task (waiting: due
  * and not taken; scheduled: due later, such as retries; running: taken), the
@@ -145,7 +144,7 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
     async collect() {
       const { rows } = await sql<{ status: string; subscriptions: number }>`
         SELECT status, count(*)::int AS subscriptions FROM webhook.subscriptions GROUP BY status`.execute(db);
-      for (const status of statuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
+      for (const status of subscriptionStatuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
     },
   });
 }

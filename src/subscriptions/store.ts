@@ -3,7 +3,7 @@ import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
 import type { Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
-import type { FhirResource, SubscriptionStatus, SubscriptionsTable } from '../db/schema.ts';
+import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
@@ -225,7 +225,7 @@ function isUuid(text: string): boolean {
 }
 
 function isStatus(text: string): text is SubscriptionStatus {
-  return text === 'requested' || text === 'active' || text === 'error' || text === 'off';
+  return (subscriptionStatuses as readonly string[]).includes(text);
 }
 
 function encodePageToken(createdAt: string, id: string): string {

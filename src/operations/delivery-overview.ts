@@ -1,0 +1,101 @@
+import { sql } from 'kysely';
+import type { Db } from '../db/database.ts';
+import type { SubscriptionStatus } from '../db/schema.ts';
+
+/**
+ * What the people who run the service look at: the subscriptions with their
+ * state, a subscription's recent calls and queued work, and the calls as they
+ * happen. Read from the tables and the DBA views (db/migrations/0016), never
+ * a secret: endpoints are stored with their credentials masked (0015).
+ */
+
+export type SubscriptionSummary = {
+  id: string;
+  status: SubscriptionStatus;
+  criteria: string;
+  endpoint: string;
+  failureCount: number;
+  error: string | null;
+  createdAt: Date;
+};
+
+export async function listSubscriptions(db: Db, { status }: { status?: SubscriptionStatus[] } = {}): Promise<SubscriptionSummary[]> {
+  let query = db
+    .selectFrom('webhook.subscriptions')
+    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
+    .orderBy('created_at')
+    .orderBy('id');
+  if (status !== undefined && status.length > 0) query = query.where('status', 'in', status);
+  return query.execute();
+}
+
+export async function findSubscription(db: Db, id: string): Promise<SubscriptionSummary | undefined> {
+  return db
+    .selectFrom('webhook.subscriptions')
+    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
+    .where('id', '=', id)
+    .executeTakeFirst();
+}
+
+/** One call to a subscriber, as webhook.delivery_attempts records it. */
+export type Attempt = {
+  id: string;
+  subscriptionId: string;
+  startedAt: Date;
+  kind: 'handshake' | 'notification';
+  /** `Type/id/_history/version`, or null for a first handshake. */
+  resource: string | null;
+  attempt: number;
+  outcome: 'delivered' | 'retrying' | 'failed';
+  httpStatus: number | null;
+  durationMs: number;
+  error: string | null;
+};
+
+function attempts(db: Db) {
+  return db
+    .selectFrom('webhook.delivery_attempts')
+    .select([
+      'id',
+      'subscription_id as subscriptionId',
+      'started_at as startedAt',
+      'kind',
+      sql<string | null>`resource_type || '/' || resource_id || '/_history/' || version_id`.as('resource'),
+      'attempt',
+      'outcome',
+      'http_status as httpStatus',
+      'duration_ms as durationMs',
+      'error',
+    ]);
+}
+
+/** A subscription's latest calls, newest first. */
+export async function recentAttempts(db: Db, subscriptionId: string, limit = 20): Promise<Attempt[]> {
+  return attempts(db).where('subscription_id', '=', subscriptionId).orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+}
+
+/** The calls recorded after the one with id `afterId`, oldest first (`deliveries tail`); of one subscription if given. */
+export async function attemptsAfter(db: Db, afterId: string, subscriptionId?: string): Promise<Attempt[]> {
+  let query = attempts(db).where('id', '>', afterId).orderBy('id').limit(1000);
+  if (subscriptionId !== undefined) query = query.where('subscription_id', '=', subscriptionId);
+  return query.execute();
+}
+
+/** The id of the latest call recorded, '0' when there is none: where a tail starts. */
+export async function latestAttemptId(db: Db): Promise<string> {
+  const row = await db.selectFrom('webhook.delivery_attempts').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst();
+  return row?.id ?? '0';
+}
+
+/** What is queued for a subscription, per task (webhook.pending_work). */
+export type QueuedWork = { task: string; jobs: number; events: number; waiting: number; scheduled: number; running: number; waitingSince: Date | null; nextRunAt: Date | null };
+
+export async function queuedWork(db: Db, subscriptionId: string): Promise<QueuedWork[]> {
+  const { rows } = await sql<QueuedWork>`
+    SELECT task, jobs::int, events::int, waiting::int, scheduled::int, running::int,
+           waiting_since AS "waitingSince", next_run_at AS "nextRunAt"
+    FROM webhook.pending_work
+    WHERE subscription_id = ${subscriptionId}
+    ORDER BY task`.execute(db);
+  return rows;
+}

@@ -1,0 +1,103 @@
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { childEnvironment, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
+import { startReceiver, type Receiver } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
+
+/**
+ * The operator's commands (`subscriptions list`, `subscriptions show`,
+ * `deliveries tail`), run as processes against a database where a
+ * subscription delivers and another went to error.
+ */
+
+let t: TestApp;
+let workers: Workers;
+const receivers: Receiver[] = [];
+const ids = { healthy: '', failing: '' };
+
+beforeAll(async () => {
+  t = await startTestApp();
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
+  const good = await startReceiver();
+  const bad = await startReceiver();
+  receivers.push(good, bad);
+  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 503 });
+  ids.healthy = (await subscribe(t, 'Patient?family=Healthy', `${good.url}?token=query-secret`)).id;
+  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
+  await untilStatus(t, ids.healthy, 'active');
+  await untilStatus(t, ids.failing, 'active');
+  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
+  await untilStatus(t, ids.failing, 'error');
+}, 60_000);
+
+afterAll(async () => {
+  await stopStartedCommands();
+  await workers?.stop();
+  for (const receiver of receivers) await receiver.close();
+  await t?.close();
+});
+
+const environment = () => childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
+const cli = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', ...args], environment());
+
+describe('subscriptions list', () => {
+  it('shows every subscription with its status, failures, criteria, endpoint masked and error', async () => {
+    const run = await cli('subscriptions', 'list');
+    expect(run.exitCode).toBe(0);
+    const [header, ...rows] = run.output.trimEnd().split('\n');
+    expect(header).toMatch(/^ID\s+STATUS\s+FAILURES\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
+    expect(rows).toHaveLength(2);
+    expect(rows[0]).toMatch(new RegExp(`^${ids.healthy}\\s+active\\s+0\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
+    expect(rows[1]).toMatch(new RegExp(`^${ids.failing}\\s+error\\s+0\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
+    expect(run.output).not.toContain('query-secret');
+  });
+
+  it('filters by status, and refuses an unknown one as a usage error', async () => {
+    const errors = await cli('subscriptions', 'list', '--status', 'error');
+    expect(errors.output).toContain(ids.failing);
+    expect(errors.output).not.toContain(ids.healthy);
+    expect((await cli('subscriptions', 'list', '--status', 'off')).output).toBe('No subscriptions.\n');
+    const wrong = await cli('subscriptions', 'list', '--status', 'broken');
+    expect(wrong.exitCode).toBe(2);
+    expect(wrong.output).toMatch(/unknown status broken: use requested, active, error, off/);
+  });
+});
+
+describe('subscriptions show', () => {
+  it('shows the state with its reason, the last calls, and what is queued', async () => {
+    const run = await cli('subscriptions', 'show', ids.failing);
+    expect(run.exitCode).toBe(0);
+    expect(run.output).toMatch(new RegExp(`^Subscription ${ids.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
+    expect(run.output).toContain('  criteria  Patient?family=Failing\n');
+    expect(run.output).toMatch(/Last calls \(newest first\):\nSTARTED\s+KIND\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\n\S+\s+notification\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\n\S+\s+handshake\s+-\s+1\s+delivered\s+200\s+\d+\s*\n/);
+    expect(run.output).toMatch(/\nQueued:\n {2}nothing\n$/);
+  });
+
+  it('says which id it does not know, and exits 1', async () => {
+    const run = await cli('subscriptions', 'show', '00000000-0000-4000-8000-000000000000');
+    expect(run.exitCode).toBe(1);
+    expect(run.output).toContain("No subscription has id '00000000-0000-4000-8000-000000000000'");
+  });
+});
+
+describe('deliveries tail', () => {
+  it('prints each call as it is recorded, from its start on, and stops on Ctrl-C with exit 0', { timeout: 30_000 }, async () => {
+    const tail = startCommand(process.execPath, ['src/cli.ts', 'deliveries', 'tail'], environment());
+    await tail.waitFor(/Following the calls to every subscriber; Ctrl-C stops\./);
+    const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Healthy' }] })).json<{ id: string }>();
+    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${ids.healthy}  notification Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
+    expect(line).toBeDefined();
+    // Only calls from its start: the older ones are not repeated.
+    expect(tail.output()).not.toContain('handshake');
+    tail.interrupt('SIGINT');
+    expect(await tail.exited).toBe(0);
+  });
+});
