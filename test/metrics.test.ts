@@ -75,7 +75,8 @@ describe('/metrics after real deliveries', () => {
     await fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
     const delivered = await waitFor(async () => {
       const now = await scrape();
-      return now.get('fhir_webhooks_deliveries_total{kind="notification",outcome="delivered"}') === 1 ? now : undefined;
+      // The latency is observed once the attempt is recorded, just after it is counted.
+      return now.get('fhir_webhooks_deliveries_total{kind="notification",outcome="delivered"}') === 1 && now.get('fhir_webhooks_commit_to_delivery_seconds_count') === 1 ? now : undefined;
     }, 10_000, 'the delivery counted');
     expect(delivered.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="delivered"}')).toBe(1);
     expect(delivered.get('fhir_webhooks_delivery_duration_seconds_count{kind="notification"}')).toBe(1);
@@ -134,9 +135,11 @@ describe('/metrics when the OAuth token endpoint fails', () => {
     expect(created.statusCode).toBe(201);
     const scraped = await waitFor(async () => {
       const now = samples((await app.inject({ method: 'GET', url: '/metrics' })).body);
-      return (now.get('fhir_webhooks_oauth_token_failures_total') ?? 0) >= 1 ? now : undefined;
-    }, 10_000, 'the token failure counted');
-    expect(scraped.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="retrying"}')).toBeGreaterThanOrEqual(1);
+      // The token failure is counted as it happens; the failed attempt once it is recorded, just after.
+      const counted = (now.get('fhir_webhooks_oauth_token_failures_total') ?? 0) >= 1 && (now.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="retrying"}') ?? 0) >= 1;
+      return counted ? now : undefined;
+    }, 10_000, 'the token failure and the failed attempt counted');
+    expect(scraped.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="delivered"}')).toBe(0);
     expect(receiver.calls).toEqual([]);
   });
 });

@@ -64,6 +64,9 @@ export async function buildApp({
       createServer({ requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs) }, handler),
   });
   app.setValidatorCompiler(validatorCompiler);
+  // Response schemas describe the answers in /docs; they never filter them: a FHIR resource carries
+  // any element, and a serializer built from a schema would drop what the schema does not list.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installJsonBodyParser(app);
   // Answers carry patient data and subscription secrets: never sniffed as another type, never cached, never framed.
   app.addHook('onSend', async (_request, reply) => {
@@ -76,7 +79,19 @@ export async function buildApp({
 
   await app.register(swagger, {
     openapi: {
-      info: { title: 'FHIR webhook subscription service', version: packageJson.version },
+      info: {
+        title: 'FHIR webhook subscription service',
+        version: packageJson.version,
+        description:
+          'A FHIR R4 resource store whose writes drive webhooks. Every route under /fhir/resources needs an API key (x-api-key) with the read or write scope; answers are application/fhir+json, refusals OperationOutcomes.',
+      },
+      tags: [
+        { name: 'Resources', description: 'FHIR create, read, update, delete, history and vread, for every R4 resource type' },
+        { name: 'Search', description: 'FHIR search, answered with searchset Bundles' },
+        { name: 'Subscriptions', description: 'Webhook subscriptions: create, switch off, search, read' },
+        { name: 'Bundles', description: 'Transaction and batch Bundles' },
+        { name: 'Server', description: 'The CapabilityStatement, health, readiness and metrics' },
+      ],
       components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' } } },
       security: [{ apiKey: [] }],
     },

@@ -8,11 +8,27 @@ import { asProcessableBundle, processBundle } from '../../resources/bundle.ts';
 import type { SubscriptionContext } from '../../subscriptions/store.ts';
 import { callerOf } from '../authentication.ts';
 import { fhirJson } from '../errors.ts';
+import { bundle, commonRefusals, fhirOperation, operationOutcome, resource } from '../schemas.ts';
 import { sendVersion } from '../fhir-reply.ts';
 
 export type BundleRoutesOptions = { db: Db; serviceBase: string; subscriptions: SubscriptionContext };
 
-const bundleBody = z.looseObject({ resourceType: z.literal('Bundle'), type: z.string() }).describe('A FHIR Bundle');
+const bundleBody = z
+  .looseObject({ resourceType: z.literal('Bundle'), type: z.string() })
+  .describe('A FHIR Bundle')
+  .meta({
+    example: {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [
+        { fullUrl: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a', resource: { resourceType: 'Patient', active: true }, request: { method: 'POST', url: 'Patient' } },
+        {
+          resource: { resourceType: 'Appointment', status: 'booked', participant: [{ actor: { reference: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a' }, status: 'accepted' }] },
+          request: { method: 'POST', url: 'Appointment' },
+        },
+      ],
+    },
+  });
 
 /**
  * The subscriptions a processed Bundle created or switched off, once it is
@@ -36,7 +52,22 @@ function logSubscriptionChanges(log: FastifyBaseLogger, request: { entry: unknow
 export const bundleRoutes: FastifyPluginAsyncZod<BundleRoutesOptions> = async (app, { db, serviceBase, subscriptions }) => {
   app.post(
     '/Bundle',
-    { schema: { summary: 'Process a transaction or batch Bundle, or store any other Bundle', body: bundleBody } },
+    {
+      schema: {
+        summary: 'Process a transaction or batch Bundle, or store any other Bundle',
+        description: 'A transaction runs its entries in one database transaction (all or nothing); a batch runs each on its own. At most 1,000 entries.',
+        ...fhirOperation('Bundles', 'processBundle', true),
+        body: bundleBody,
+        response: {
+          200: bundle.describe('transaction-response or batch-response: one entry per request entry, in order'),
+          201: resource.describe('A Bundle of another type (document, collection, …), stored as a resource'),
+          ...commonRefusals,
+          409: operationOutcome.describe('A transaction entry conflicted; nothing was written'),
+          412: operationOutcome.describe("A transaction entry's If-Match failed; nothing was written"),
+          413: operationOutcome.describe('More than 1,000 entries, or a body over 10 MiB'),
+        },
+      },
+    },
     async (request, reply) => {
       const processable = asProcessableBundle(request.body);
       if (processable) {

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { resourceTypes } from '../../fhir/definitions.ts';
 import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
 import { fhirJson } from '../errors.ts';
+import { commonRefusals, fhirOperation, resource } from '../schemas.ts';
 
 export type MetadataRoutesOptions = { serviceBase: string; softwareVersion: string };
 
@@ -34,7 +35,16 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     ],
   };
 
-  app.get('/metadata', { schema: { summary: 'The CapabilityStatement of this server' } }, async (_request, reply) =>
+  app.get(
+    '/metadata',
+    {
+      schema: {
+        summary: 'The CapabilityStatement of this server: every type, interaction and search parameter it supports',
+        ...fhirOperation('Server', 'capabilities'),
+        response: { 200: resource.describe('A CapabilityStatement'), ...commonRefusals },
+      },
+    },
+    async (_request, reply) =>
     reply.type(fhirJson).send(capabilityStatement),
   );
 };

@@ -16,6 +16,7 @@ import {
   type HistoryEntry,
 } from '../../resources/store.ts';
 import { fhirJson } from '../errors.ts';
+import { bundle, commonRefusals, fhirOperation, operationOutcome, resource } from '../schemas.ts';
 import { sendVersion } from '../fhir-reply.ts';
 
 export type ResourceRoutesOptions = { db: Db; serviceBase: string };
@@ -24,6 +25,9 @@ const typeParams = z.object({ type: z.string().describe('An R4 resource type, e.
 const instanceParams = typeParams.extend({ id: z.string().describe('The logical id') });
 const versionParams = instanceParams.extend({ vid: z.string().describe('A versionId') });
 const resourceBody = z.looseObject({ resourceType: z.string() }).describe('A FHIR resource');
+const unknownType = operationOutcome.describe('Not an R4 resource type');
+const notKnown = operationOutcome.describe('No such resource (or type)');
+const tooLarge = operationOutcome.describe('The body is over 10 MiB');
 const ifMatchHeaders = z.object({ 'if-match': z.string().optional().describe('W/"<versionId>": write only if this is the current version') });
 
 /** FHIR RESTful create, read, update, delete, history and vread for every R4 resource type. */
@@ -33,22 +37,61 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     assertResourceId(id);
   };
 
-  app.post('/:type', { schema: { summary: 'Create a resource', params: typeParams, body: resourceBody } }, async (request, reply) => {
-    const { type } = request.params;
-    assertResourceType(type);
-    assertResourceBody(type, request.body);
-    return sendVersion(reply, 201, await createResource(db, type, request.body), { serviceBase, location: true });
-  });
+  app.post(
+    '/:type',
+    {
+      schema: {
+        summary: 'Create a resource (the server assigns its id)',
+        ...fhirOperation('Resources', 'createResource', true),
+        params: typeParams,
+        body: resourceBody,
+        response: { 201: resource.describe('Created: the resource as stored, with id and meta; Location, ETag and Last-Modified headers'), ...commonRefusals, 404: unknownType, 413: tooLarge },
+      },
+    },
+    async (request, reply) => {
+      const { type } = request.params;
+      assertResourceType(type);
+      assertResourceBody(type, request.body);
+      return sendVersion(reply, 201, await createResource(db, type, request.body), { serviceBase, location: true });
+    },
+  );
 
-  app.get('/:type/:id', { schema: { summary: 'Read a resource', params: instanceParams } }, async (request, reply) => {
-    const { type, id } = request.params;
-    checkInstance(type, id);
-    return sendVersion(reply, 200, await readResource(db, type, id), { serviceBase });
-  });
+  app.get(
+    '/:type/:id',
+    {
+      schema: {
+        summary: 'Read a resource (its current version)',
+        ...fhirOperation('Resources', 'readResource'),
+        params: instanceParams,
+        response: { 200: resource.describe('The current version; ETag and Last-Modified headers'), ...commonRefusals, 404: notKnown, 410: operationOutcome.describe('Deleted') },
+      },
+    },
+    async (request, reply) => {
+      const { type, id } = request.params;
+      checkInstance(type, id);
+      return sendVersion(reply, 200, await readResource(db, type, id), { serviceBase });
+    },
+  );
 
   app.put(
     '/:type/:id',
-    { schema: { summary: 'Update a resource, or create it with this id', params: instanceParams, headers: ifMatchHeaders, body: resourceBody } },
+    {
+      schema: {
+        summary: 'Update a resource, or create it with this id',
+        ...fhirOperation('Resources', 'updateResource', true),
+        params: instanceParams,
+        headers: ifMatchHeaders,
+        body: resourceBody,
+        response: {
+          200: resource.describe('Updated: the new version'),
+          201: resource.describe('Created with the id of the URL'),
+          ...commonRefusals,
+          404: unknownType,
+          412: operationOutcome.describe('If-Match names a version that is not the current one'),
+          413: tooLarge,
+        },
+      },
+    },
     async (request, reply) => {
       const { type, id } = request.params;
       checkInstance(type, id);
@@ -61,7 +104,15 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
 
   app.delete(
     '/:type/:id',
-    { schema: { summary: 'Delete a resource', params: instanceParams, headers: ifMatchHeaders } },
+    {
+      schema: {
+        summary: 'Delete a resource (idempotent)',
+        ...fhirOperation('Resources', 'deleteResource'),
+        params: instanceParams,
+        headers: ifMatchHeaders,
+        response: { 204: z.undefined().describe("Deleted (or already deleted); ETag names the deletion's version"), ...commonRefusals, 404: notKnown, 412: operationOutcome.describe('If-Match names a version that is not the current one') },
+      },
+    },
     async (request, reply) => {
       const { type, id } = request.params;
       checkInstance(type, id);
@@ -71,19 +122,41 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     },
   );
 
-  app.get('/:type/:id/_history', { schema: { summary: 'History of a resource', params: instanceParams } }, async (request, reply) => {
-    const { type, id } = request.params;
-    checkInstance(type, id);
-    const versions = await readHistory(db, type, id);
-    return reply.type(fhirJson).send(historyBundle(versions, type, id, `${serviceBase}/${type}/${id}`));
-  });
+  app.get(
+    '/:type/:id/_history',
+    {
+      schema: {
+        summary: 'History of a resource, newest version first',
+        ...fhirOperation('Resources', 'readHistory'),
+        params: instanceParams,
+        response: { 200: bundle.describe('A history Bundle; deletions are entries without a resource'), ...commonRefusals, 404: notKnown },
+      },
+    },
+    async (request, reply) => {
+      const { type, id } = request.params;
+      checkInstance(type, id);
+      const versions = await readHistory(db, type, id);
+      return reply.type(fhirJson).send(historyBundle(versions, type, id, `${serviceBase}/${type}/${id}`));
+    },
+  );
 
-  app.get('/:type/:id/_history/:vid', { schema: { summary: 'Read one version of a resource', params: versionParams } }, async (request, reply) => {
-    const { type, id, vid } = request.params;
-    checkInstance(type, id);
-    if (!/^[1-9]\d{0,9}$/.test(vid)) throw badRequest(`Invalid versionId '${vid}': versions are positive integers`);
-    return sendVersion(reply, 200, await readVersion(db, type, id, Number(vid)), { serviceBase });
-  });
+  app.get(
+    '/:type/:id/_history/:vid',
+    {
+      schema: {
+        summary: 'Read one version of a resource',
+        ...fhirOperation('Resources', 'readVersion'),
+        params: versionParams,
+        response: { 200: resource.describe('That version'), ...commonRefusals, 404: notKnown, 410: operationOutcome.describe('That version is the deletion') },
+      },
+    },
+    async (request, reply) => {
+      const { type, id, vid } = request.params;
+      checkInstance(type, id);
+      if (!/^[1-9]\d{0,9}$/.test(vid)) throw badRequest(`Invalid versionId '${vid}': versions are positive integers`);
+      return sendVersion(reply, 200, await readVersion(db, type, id, Number(vid)), { serviceBase });
+    },
+  );
 };
 
 function optionalIfMatch(header: string | undefined): number | undefined {
@@ -93,8 +166,8 @@ function optionalIfMatch(header: string | undefined): number | undefined {
 /** A `history` Bundle, newest version first, as FHIR's _history interaction returns it. */
 function historyBundle(versions: HistoryEntry[], type: string, id: string, resourceUrl: string) {
   return {
-    resourceType: 'Bundle',
-    type: 'history',
+    resourceType: 'Bundle' as const,
+    type: 'history' as const,
     total: versions.length,
     link: [{ relation: 'self', url: `${resourceUrl}/_history` }],
     entry: versions.map((version, index) => {

@@ -5,9 +5,38 @@ import type { FhirResource } from '../../db/schema.ts';
 import { parseSearchQuery } from '../../search/query.ts';
 import { searchResources, type SearchPage } from '../../search/search.ts';
 import { assertResourceType } from '../../resources/store.ts';
+import { z } from 'zod';
 import { fhirJson } from '../errors.ts';
+import { bundle, commonRefusals, fhirOperation, operationOutcome } from '../schemas.ts';
 
 export type SearchRoutesOptions = { db: Db; serviceBase: string };
+
+/** A query parameter given once or repeated (parameters repeated are ANDed). */
+const parameter = (description: string) => z.union([z.string(), z.array(z.string())]).optional().describe(description);
+
+/**
+ * The search parameters every type has, for the description; every R4
+ * parameter of the type is accepted too (the CapabilityStatement lists them).
+ * The query itself is read raw (see below); nothing here refuses one.
+ */
+const searchQuery = z.looseObject({
+  _id: parameter('Logical ids, comma-separated'),
+  _lastUpdated: parameter('A date with a prefix: gt2025-03-04T05:06:07.123456Z (exact to the microsecond)'),
+  _count: parameter('Page size, 1-1000 (default 20)'),
+  _sort: parameter('_lastUpdated, -_lastUpdated, _id or -_id'),
+  _include: parameter('Type:parameter[:target], or Type:* or *'),
+  _revinclude: parameter('Type:parameter[:target], or Type:*'),
+  _summary: parameter('count (the total alone) or false'),
+  _elements: parameter('Elements to keep, comma-separated'),
+  _total: parameter('accurate or estimate'),
+  _page_token: parameter("The next link's token"),
+});
+const searchTypeParams = z.object({ type: z.string().describe('An R4 resource type, e.g. Appointment') });
+const searchResponses = {
+  200: bundle.describe('A searchset Bundle: matches (search.mode match), included resources (include); a next link while more pages remain'),
+  ...commonRefusals,
+  404: operationOutcome.describe('Not an R4 resource type'),
+};
 
 /**
  * FHIR search: GET /{Type}?… and POST /{Type}/_search (form-encoded body),
@@ -25,13 +54,32 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
     return reply.type(fhirJson).send(searchsetBundle(page, query.ignored, `${serviceBase}/${type}`, rawQuery, serviceBase));
   };
 
-  app.get<{ Params: { type: string } }>('/:type', { schema: { summary: 'Search resources of a type' } }, async (request, reply) =>
-    search(request, request.params.type, rawQueryOf(request.url), reply),
+  app.get<{ Params: { type: string } }>(
+    '/:type',
+    {
+      schema: {
+        summary: 'Search resources of a type (e.g. Appointment?status=booked&_include=Appointment:patient)',
+        ...fhirOperation('Search', 'searchType'),
+        params: searchTypeParams,
+        querystring: searchQuery,
+        response: searchResponses,
+      },
+    },
+    async (request, reply) => search(request, request.params.type, rawQueryOf(request.url), reply),
   );
 
   app.post<{ Params: { type: string }; Body: string | undefined }>(
     '/:type/_search',
-    { schema: { summary: 'Search resources of a type, parameters in a form-encoded body' } },
+    {
+      schema: {
+        summary: 'Search resources of a type, parameters in a form-encoded body',
+        ...fhirOperation('Search', 'searchTypeWithPost'),
+        consumes: ['application/x-www-form-urlencoded'],
+        params: searchTypeParams,
+        body: z.string().optional().describe('The search parameters, form-encoded: status=booked&_count=50'),
+        response: searchResponses,
+      },
+    },
     async (request, reply) => {
       const parts = [rawQueryOf(request.url), typeof request.body === 'string' ? request.body : ''].filter((part) => part !== '');
       return search(request, request.params.type, parts.join('&'), reply);
