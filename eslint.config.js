@@ -29,6 +29,16 @@ export default tseslint.config(
     },
   },
   {
+    // The delivery console's script runs in the browser, as it is (no build step).
+    files: ['src/api/console/*.js'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      ...tseslint.configs.disableTypeChecked.languageOptions,
+      sourceType: 'module',
+      globals: { document: 'readonly', fetch: 'readonly', sessionStorage: 'readonly', location: 'readonly', setInterval: 'readonly' },
+    },
+  },
+  {
     files: ['eslint.config.js', 'scripts/require-node.js'],
     ...tseslint.configs.disableTypeChecked,
     // Plain Node scripts (scripts/require-node.js runs on any Node, before the TypeScript sources).

@@ -13,6 +13,7 @@ import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers, sendOutcome } from './errors.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
+import { consoleRoutes } from './routes/console.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
 import { metricsRoutes } from './routes/metrics.ts';
@@ -91,6 +92,7 @@ export async function buildApp({
         { name: 'Subscriptions', description: 'Webhook subscriptions: create, switch off, search, read' },
         { name: 'Bundles', description: 'Transaction and batch Bundles' },
         { name: 'Server', description: 'The CapabilityStatement, health, readiness and metrics' },
+        { name: 'Console', description: 'The data of the delivery console (/console): subscriptions, their calls and queued work, without secrets' },
       ],
       components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' } } },
       security: [{ apiKey: [] }],
@@ -101,6 +103,7 @@ export async function buildApp({
 
   await app.register(healthRoutes, { pool: database.pool });
   if (metrics !== undefined) await app.register(metricsRoutes, { metrics });
+  await app.register(consoleRoutes, { db: database.db });
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem };

@@ -19,22 +19,22 @@ export type SubscriptionSummary = {
   createdAt: Date;
 };
 
-export async function listSubscriptions(db: Db, { status }: { status?: SubscriptionStatus[] } = {}): Promise<SubscriptionSummary[]> {
-  let query = db
-    .selectFrom('webhook.subscriptions')
-    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
-    .orderBy('created_at')
-    .orderBy('id');
+/** Whose subscriptions to show: those one API key created (a key without the admin scope), or all. */
+export type Visibility = { createdBy?: string };
+
+function subscriptions(db: Db, { createdBy }: Visibility) {
+  const query = db.selectFrom('webhook.subscriptions').select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt']);
+  return createdBy === undefined ? query : query.where('created_by_api_key', '=', createdBy);
+}
+
+export async function listSubscriptions(db: Db, { status, ...visibility }: { status?: SubscriptionStatus[] } & Visibility = {}): Promise<SubscriptionSummary[]> {
+  let query = subscriptions(db, visibility).orderBy('created_at').orderBy('id');
   if (status !== undefined && status.length > 0) query = query.where('status', 'in', status);
   return query.execute();
 }
 
-export async function findSubscription(db: Db, id: string): Promise<SubscriptionSummary | undefined> {
-  return db
-    .selectFrom('webhook.subscriptions')
-    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
-    .where('id', '=', id)
-    .executeTakeFirst();
+export async function findSubscription(db: Db, id: string, visibility: Visibility = {}): Promise<SubscriptionSummary | undefined> {
+  return subscriptions(db, visibility).where('id', '=', id).executeTakeFirst();
 }
 
 /** One call to a subscriber, as webhook.delivery_attempts records it. */

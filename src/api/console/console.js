@@ -1,0 +1,122 @@
+// The delivery console: read-only, refreshed every second. The API key stays in this tab's
+// sessionStorage and goes in the x-api-key header of the console's JSON requests; every text
+// from the server is set as textContent, never as HTML.
+const refreshMs = 1000;
+const keyItem = 'fhir-webhooks-console-key';
+let selected;
+
+const $ = (selector) => document.querySelector(selector);
+
+async function getJson(path) {
+  const response = await fetch(path, { headers: { 'x-api-key': sessionStorage.getItem(keyItem) ?? '' } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
+  return body;
+}
+
+function cell(text, className) {
+  const td = document.createElement('td');
+  td.textContent = text ?? '';
+  if (className) td.className = className;
+  return td;
+}
+
+function badge(text, prefix) {
+  const td = document.createElement('td');
+  const span = document.createElement('span');
+  span.className = `status ${prefix}-${text}`;
+  span.textContent = text;
+  td.append(span);
+  return td;
+}
+
+function fill(table, rows) {
+  table.querySelector('tbody').replaceChildren(...rows);
+}
+
+function renderSubscriptions(subscriptions) {
+  $('#no-subscriptions').hidden = subscriptions.length > 0;
+  fill(
+    $('#subscriptions'),
+    subscriptions.map((subscription) => {
+      const row = document.createElement('tr');
+      row.dataset.id = subscription.id;
+      row.classList.toggle('selected', subscription.id === selected);
+      row.append(badge(subscription.status, 'status'), cell(subscription.criteria, 'code'), cell(subscription.endpoint, 'code'), cell(String(subscription.failureCount)), cell(subscription.error));
+      row.addEventListener('click', () => {
+        selected = subscription.id;
+        void refresh();
+      });
+      return row;
+    }),
+  );
+}
+
+function renderDetail({ subscription, attempts, queued }) {
+  $('#detail').hidden = false;
+  $('#detail-title').textContent = `${subscription.criteria} → ${subscription.endpoint}`;
+  fill(
+    $('#attempts'),
+    attempts.map((attempt) => {
+      const row = document.createElement('tr');
+      row.append(
+        cell(new Date(attempt.startedAt).toLocaleString()),
+        cell(attempt.kind),
+        cell(attempt.resource ?? '—', 'code'),
+        cell(String(attempt.attempt)),
+        cell(attempt.httpStatus === null ? '—' : String(attempt.httpStatus)),
+        cell(`${attempt.durationMs} ms`),
+        badge(attempt.outcome, 'outcome'),
+        cell(attempt.error),
+      );
+      return row;
+    }),
+  );
+  fill(
+    $('#queued'),
+    queued.map((work) => {
+      const row = document.createElement('tr');
+      const time = (value) => (value === null ? '—' : new Date(value).toLocaleString());
+      row.append(cell(work.task), cell(String(work.events)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), cell(time(work.waitingSince)), cell(time(work.nextRunAt)));
+      return row;
+    }),
+  );
+}
+
+async function refresh() {
+  try {
+    renderSubscriptions(await getJson('/console/api/subscriptions'));
+    if (selected !== undefined) renderDetail(await getJson(`/console/api/subscriptions/${encodeURIComponent(selected)}`));
+    $('#refreshed').textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (error) {
+    $('#refreshed').textContent = `not updated: ${error.message}`;
+  }
+}
+
+function showBoard() {
+  $('#login').hidden = true;
+  $('#board').hidden = false;
+  $('#forget').hidden = false;
+  void refresh();
+  setInterval(() => void refresh(), refreshMs);
+}
+
+$('#login').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(keyItem, $('#key').value);
+  try {
+    await getJson('/console/api/subscriptions');
+    showBoard();
+  } catch (error) {
+    sessionStorage.removeItem(keyItem);
+    $('#login-error').textContent = error.message;
+  }
+});
+
+$('#forget').addEventListener('click', () => {
+  sessionStorage.removeItem(keyItem);
+  location.reload();
+});
+
+if (sessionStorage.getItem(keyItem)) showBoard();
+else $('#login').hidden = false;

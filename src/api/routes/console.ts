@@ -1,0 +1,104 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { Db } from '../../db/database.ts';
+import { notFound } from '../../fhir/outcome.ts';
+import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary, type Visibility } from '../../operations/delivery-overview.ts';
+import { callerOf, requireApiKey } from '../authentication.ts';
+import { commonRefusals, operationOutcome } from '../schemas.ts';
+
+export type ConsoleRoutesOptions = { db: Db };
+
+/** Dates as JSON writes them: ISO 8601 strings. */
+const summaryJson = (subscription: SubscriptionSummary) => ({ ...subscription, createdAt: subscription.createdAt.toISOString() });
+
+/** The page and its two files, read once: plain HTML, CSS and a script, no build step. */
+const page = Object.fromEntries(
+  (['index.html', 'console.css', 'console.js'] as const).map((file) => [file, readFileSync(path.join(import.meta.dirname, '..', 'console', file), 'utf8')]),
+) as Record<'index.html' | 'console.css' | 'console.js', string>;
+
+/** The page runs only its own script and style, talks only to this origin, and is never framed. */
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+
+const subscriptionSummary = z.object({
+  id: z.string(),
+  status: z.enum(['requested', 'active', 'error', 'off']),
+  criteria: z.string(),
+  endpoint: z.string().describe('Credentials masked'),
+  failureCount: z.number(),
+  error: z.string().nullable(),
+  createdAt: z.string(),
+});
+const attempt = z.object({
+  id: z.string(),
+  subscriptionId: z.string(),
+  startedAt: z.string(),
+  kind: z.enum(['handshake', 'notification']),
+  resource: z.string().nullable(),
+  attempt: z.number(),
+  outcome: z.enum(['delivered', 'retrying', 'failed']),
+  httpStatus: z.number().nullable(),
+  durationMs: z.number(),
+  error: z.string().nullable(),
+});
+const queued = z.object({ task: z.string(), jobs: z.number(), events: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
+
+/**
+ * The delivery console (`/console`): a read-only page of the subscriptions,
+ * their recent calls and what is queued, refreshed every second. The page
+ * and its files hold no data and need no key; the data comes from
+ * /console/api, behind the API key like the FHIR routes (read scope; a key
+ * without admin sees its own subscriptions), and holds no secret: endpoints
+ * are masked and headers are not shown.
+ */
+export const consoleRoutes: FastifyPluginAsyncZod<ConsoleRoutesOptions> = async (app, { db }) => {
+  const file = (url: string, name: keyof typeof page, type: string) =>
+    app.get(url, { schema: { hide: true } }, async (_request, reply) => reply.type(type).header('content-security-policy', contentSecurityPolicy).send(page[name]));
+  file('/console', 'index.html', 'text/html; charset=utf-8');
+  file('/console/console.css', 'console.css', 'text/css; charset=utf-8');
+  file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
+
+  await app.register(consoleApi, { prefix: '/console/api', db });
+};
+
+/** The console's data, behind the API key. */
+const consoleApi: FastifyPluginAsyncZod<ConsoleRoutesOptions> = async (api, { db }) => {
+  requireApiKey(api, db);
+  const visibility = (request: Parameters<typeof callerOf>[0]): Visibility => {
+    const caller = callerOf(request);
+    return caller.admin ? {} : { createdBy: caller.apiKeyId };
+  };
+  api.get(
+    '/subscriptions',
+    {
+      schema: {
+        summary: "The console's subscriptions: status, criteria, endpoint (masked), failures, reason",
+        tags: ['Console'],
+        operationId: 'consoleSubscriptions',
+        response: { 200: z.array(subscriptionSummary), ...commonRefusals },
+      },
+    },
+    async (request) => (await listSubscriptions(db, visibility(request))).map(summaryJson),
+  );
+  api.get(
+    '/subscriptions/:id',
+    {
+      schema: {
+        summary: 'One subscription for the console: its last 50 calls and what is queued',
+        tags: ['Console'],
+        operationId: 'consoleSubscription',
+        params: z.object({ id: z.string() }),
+        response: { 200: z.object({ subscription: subscriptionSummary, attempts: z.array(attempt), queued: z.array(queued) }), ...commonRefusals, 404: operationOutcome },
+      },
+    },
+    async (request) => {
+      const { id } = request.params;
+      const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id, visibility(request)) : undefined;
+      if (subscription === undefined) throw notFound(`Subscription/${id} is not known`);
+      const attempts = (await recentAttempts(db, id, 50)).map((call) => ({ ...call, startedAt: call.startedAt.toISOString() }));
+      const work = (await queuedWork(db, id)).map((item) => ({ ...item, waitingSince: item.waitingSince?.toISOString() ?? null, nextRunAt: item.nextRunAt?.toISOString() ?? null }));
+      return { subscription: summaryJson(subscription), attempts, queued: work };
+    },
+  );
+};

@@ -1,0 +1,127 @@
+import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import pino from 'pino';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApiKey } from '../src/auth/api-keys.ts';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startReceiver, type Receiver } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
+
+/**
+ * The delivery console in a real browser: Debian's Chromium (.ci/run installs
+ * it), driven by playwright-core. Without it, outside CI, the suite is skipped.
+ */
+const chromiumPath = '/usr/bin/chromium';
+const installed = spawnSync(chromiumPath, ['--version']).status === 0;
+const screenshots = path.resolve('.ci/screenshots');
+
+let t: TestApp;
+let workers: Workers;
+let browser: Browser;
+let consoleUrl: string;
+let apiKey: string;
+const receivers: Receiver[] = [];
+const ids = { healthy: '', failing: '' };
+
+beforeAll(async () => {
+  if (!installed && process.env.CI === undefined) return;
+  t = await startTestApp();
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  consoleUrl = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}/console`;
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
+  const good = await startReceiver();
+  const bad = await startReceiver();
+  receivers.push(good, bad);
+  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 500 });
+  ids.healthy = (await subscribe(t, 'Patient?family=Shown', `${good.url}?token=console-token-value`, { header: ['secret: console-secret-value'] })).id;
+  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
+  await untilStatus(t, ids.healthy, 'active');
+  await untilStatus(t, ids.failing, 'active');
+  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
+  await untilStatus(t, ids.failing, 'error');
+  apiKey = (await createApiKey(t.database.db, 'console', ['read', 'admin'])).key;
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await workers?.stop();
+  for (const receiver of receivers) await receiver.close();
+  await t?.close();
+});
+
+/** A page of the console, with the errors its script throws or logs collected. */
+async function openConsole(): Promise<{ page: Page; errors: string[] }> {
+  const page = await browser.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (error) => errors.push(error.message));
+  page.on('console', (message) => (message.type() === 'error' ? errors.push(message.text()) : undefined));
+  const response = await page.goto(consoleUrl);
+  expect(response?.status()).toBe(200);
+  expect(response?.headers()['content-security-policy']).toContain("script-src 'self'");
+  return { page, errors };
+}
+
+describe.skipIf(!installed && process.env.CI === undefined)("the delivery console in Chromium (Debian's chromium; skipped where it is missing, outside CI)", () => {
+  it('refuses an unknown key, saying why', async () => {
+    const { page, errors } = await openConsole();
+    await page.fill('#key', 'not-a-key');
+    await page.click('button[type=submit]');
+    await expect.poll(() => page.textContent('#login-error')).toBe('Unknown or revoked API key');
+    expect(await page.isVisible('#board')).toBe(false);
+    // The one error is the refused request itself.
+    expect(errors.filter((error) => !error.includes('401'))).toEqual([]);
+    await page.close();
+  });
+
+  it('lists the subscriptions with their state, shows a failing one\'s calls, follows new calls live, and shows no secret', { timeout: 60_000 }, async () => {
+    const { page, errors } = await openConsole();
+    await page.fill('#key', apiKey);
+    await page.click('button[type=submit]');
+    const rows = page.locator('#subscriptions tbody tr');
+    await expect.poll(() => rows.count()).toBe(2);
+    const healthy = rows.filter({ hasText: 'Patient?family=Shown' });
+    const failing = rows.filter({ hasText: 'Patient?family=Failing' });
+    expect(await healthy.locator('.status').textContent()).toBe('active');
+    expect(await healthy.textContent()).toContain('?token=***');
+    expect(await failing.locator('.status').textContent()).toBe('error');
+    expect(await failing.textContent()).toMatch(/HTTP 500 from http:\/\/127\.0\.0\.1:\d+\/hook; Patient\/\S+ \(version 1\) was not delivered/);
+
+    // A failing subscription: its failed call, and the handshake before it.
+    await failing.click();
+    const attempts = page.locator('#attempts tbody tr');
+    await expect.poll(() => attempts.count()).toBe(2);
+    expect(await attempts.nth(0).textContent()).toMatch(/notification.*Patient\/\S+\/_history\/1.*500.*failed.*HTTP 500/);
+    expect(await attempts.nth(1).textContent()).toMatch(/handshake.*200.*delivered/);
+
+    // A healthy one: a resource written now appears within the next refreshes.
+    await healthy.click();
+    await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Shown');
+    const written = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Shown' }] })).json<{ id: string }>();
+    const delivered = page.locator('#attempts tbody tr', { hasText: `Patient/${written.id}/_history/1` });
+    await expect.poll(() => delivered.count(), { timeout: 15_000 }).toBe(1);
+    expect(await delivered.locator('.status').textContent()).toBe('delivered');
+
+    const text = (await page.textContent('body')) ?? '';
+    for (const secret of ['console-secret-value', 'console-token-value', apiKey]) expect(text).not.toContain(secret);
+    expect(errors).toEqual([]);
+    mkdirSync(screenshots, { recursive: true });
+    const screenshot = path.join(screenshots, 'console.png');
+    await page.screenshot({ path: screenshot, fullPage: true });
+    console.log(`console screenshot: ${screenshot}`);
+    await page.close();
+  });
+});
