@@ -1,6 +1,7 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { stripVTControlCharacters } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -112,6 +113,15 @@ describe('npm run cli -- load', () => {
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(delivered().length).toBe(expectedIds.length);
     expect(new Set(delivered())).toEqual(new Set(expectedIds));
+  });
+
+  it.skipIf(!existsSync('/usr/bin/script'))('shows a progress bar with the rate and the ETA on a terminal', { timeout: 60_000 }, async () => {
+    // util-linux's script(1) gives the loader a pseudo-terminal.
+    const command = `exec ${process.execPath} src/cli.ts load --dry-run ${file}`;
+    const run = await runCommand('/usr/bin/script', ['--quiet', '--return', '--command', command, '/dev/null'], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+    const screen = stripVTControlCharacters(run.output);
+    expect(screen).toMatch(/[█░]+ 100% \| \d+ lines, \d+ loaded, \d+ refused \| \d+\/s \| ETA /);
+    expect(screen).not.toMatch(/^\d+ lines read/m);
   });
 
   it('writes a resource given several times as its versions, in line order, chunks in flight or not; reads plain .ndjson', async () => {
