@@ -35,7 +35,7 @@ export default tseslint.config(
     languageOptions: {
       ...tseslint.configs.disableTypeChecked.languageOptions,
       sourceType: 'module',
-      globals: { document: 'readonly', fetch: 'readonly', sessionStorage: 'readonly', location: 'readonly', setInterval: 'readonly' },
+      globals: { document: 'readonly', fetch: 'readonly', sessionStorage: 'readonly', location: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly' },
     },
   },
   {

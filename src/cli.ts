@@ -13,7 +13,7 @@ import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
 import { loadNdjson, type LoadProgress } from './loading/ndjson.ts';
-import { attemptsAfter, findSubscription, latestAttemptId, listSubscriptions, queuedWork, recentAttempts, type Attempt } from './operations/delivery-overview.ts';
+import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, type Attempt } from './operations/delivery-overview.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
 
 /** The command was right but could not be done: say why, exit 1. */
@@ -216,6 +216,13 @@ function attemptCells(call: Attempt): string[] {
   return [call.startedAt.toISOString(), call.kind, call.resource ?? '-', String(call.attempt), call.outcome, call.httpStatus === null ? '-' : String(call.httpStatus), String(call.durationMs), call.error ?? ''];
 }
 
+/**
+ * How far back each poll of `deliveries tail` looks: a call is recorded when
+ * its batch settles, at most the 15 s response budget and a few statements
+ * after it started, and its transaction may commit after later ones.
+ */
+const tailOverlapMs = 120_000;
+
 /** `deliveries tail`: the calls recorded from now on, one line each, polled every half second until a signal. */
 async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promise<void> {
   if (subscriptionId !== undefined && !z.uuid().safeParse(subscriptionId).success) throw new CommandError(`'${subscriptionId}' is not a subscription id.`);
@@ -223,14 +230,19 @@ async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promi
   let stopped = false;
   const stop = new Promise<void>((resolve) => (onTerminationSignal = () => ((stopped = true), resolve())));
   try {
-    let after = await latestAttemptId(db);
+    // The calls seen (printed, or already there at the start), by id, with their start.
+    const seen = new Map<string, Date>();
+    const recent = () => attemptsSince(db, new Date(Date.now() - tailOverlapMs), subscriptionId);
+    for (const call of await recent()) seen.set(call.id, call.startedAt);
     console.log(`Following the calls to ${subscriptionId === undefined ? 'every subscriber' : `subscription ${subscriptionId}`}; Ctrl-C stops.`);
     while (!stopped) {
-      for (const call of await attemptsAfter(db, after, subscriptionId)) {
-        after = call.id;
+      for (const call of await recent()) {
+        if (seen.has(call.id)) continue;
+        seen.set(call.id, call.startedAt);
         const [started, kind, resource, attempt, outcome, status, ms, error] = attemptCells(call);
         console.log(`${started}  ${call.subscriptionId}  ${kind} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}`);
       }
+      for (const [id, startedAt] of seen) if (startedAt.getTime() < Date.now() - 2 * tailOverlapMs) seen.delete(id);
       await Promise.race([stop, sleep(500)]);
     }
   } finally {

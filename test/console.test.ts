@@ -115,8 +115,16 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     await expect.poll(() => delivered.count(), { timeout: 15_000 }).toBe(1);
     expect(await delivered.locator('.status').textContent()).toBe('delivered');
 
+    // Neither on the page nor in the data it reads.
     const text = (await page.textContent('body')) ?? '';
-    for (const secret of ['console-secret-value', 'console-token-value', apiKey]) expect(text).not.toContain(secret);
+    const data = await Promise.all(
+      ['/console/api/subscriptions', `/console/api/subscriptions/${ids.healthy}`].map(async (url) => (await fetch(new URL(url, consoleUrl), { headers: { 'x-api-key': apiKey } })).text()),
+    );
+    expect(data[0]).toContain(ids.healthy);
+    for (const secret of ['console-secret-value', 'console-token-value', apiKey]) {
+      expect(text).not.toContain(secret);
+      for (const json of data) expect(json).not.toContain(secret);
+    }
     expect(errors).toEqual([]);
     mkdirSync(screenshots, { recursive: true });
     const screenshot = path.join(screenshots, 'console.png');

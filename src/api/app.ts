@@ -13,7 +13,7 @@ import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers, sendOutcome } from './errors.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
-import { consoleRoutes } from './routes/console.ts';
+import { consoleData, consolePage } from './routes/console.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metadataRoutes } from './routes/metadata.ts';
 import { metricsRoutes } from './routes/metrics.ts';
@@ -103,21 +103,34 @@ export async function buildApp({
 
   await app.register(healthRoutes, { pool: database.pool });
   if (metrics !== undefined) await app.register(metricsRoutes, { metrics });
-  await app.register(consoleRoutes, { db: database.db });
+  await app.register(consolePage);
+
+  /** What every route with data has: an API key, and a limit of requests per key. */
+  const requireKeyWithinLimit = async (scope: FastifyInstance) => {
+    requireApiKey(scope, database.db);
+    // After authentication (its hook comes first): counted per key, so one client cannot starve the others.
+    await scope.register(rateLimit, {
+      max: rateLimitPerMinute,
+      timeWindow: 60_000,
+      keyGenerator: (request) => request.apiKey?.id ?? request.ip,
+      errorResponseBuilder: (_request, context) =>
+        new FhirError(429, 'throttled', `More than ${context.max} requests in a minute with this API key: retry after ${context.after}`),
+    });
+  };
+
+  await app.register(
+    async (data) => {
+      await requireKeyWithinLimit(data);
+      await data.register(consoleData, { db: database.db });
+    },
+    { prefix: '/console/api' },
+  );
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem };
   await app.register(
     async (fhir) => {
-      requireApiKey(fhir, database.db);
-      // After authentication (its hook comes first): counted per key, so one client cannot starve the others.
-      await fhir.register(rateLimit, {
-        max: rateLimitPerMinute,
-        timeWindow: 60_000,
-        keyGenerator: (request) => request.apiKey?.id ?? request.ip,
-        errorResponseBuilder: (_request, context) =>
-          new FhirError(429, 'throttled', `More than ${context.max} requests in a minute with this API key: retry after ${context.after}`),
-      });
+      await requireKeyWithinLimit(fhir);
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });

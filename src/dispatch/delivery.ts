@@ -167,14 +167,14 @@ export function retryDelay(context: DispatchContext, attempt: number, result: Ca
 export type AttemptKind = 'handshake' | 'notification';
 export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
 
-/** Records one call (in `db`, the task's transaction) and counts it in the metrics. */
-export async function recordAttempt(context: DispatchContext, db: Db, ...record: Parameters<typeof attemptRecord>): Promise<void> {
+/** Records one call, in `db` (the task's transaction); returns the record, to count once committed. */
+export async function recordAttempt(db: Db, ...record: Parameters<typeof attemptRecord>): Promise<AttemptRecord> {
   const row = attemptRecord(...record);
   await db.insertInto('webhook.delivery_attempts').values(row).execute();
-  countCalls(context, [row]);
+  return row;
 }
 
-/** The calls a task records, counted by kind and outcome, with their durations. */
+/** The calls a task recorded, counted by kind and outcome with their durations: once their transaction has committed. */
 export function countCalls(context: DispatchContext, records: AttemptRecord[]): void {
   for (const record of records) context.metrics.called(record.kind, record.outcome, record.duration_ms);
 }

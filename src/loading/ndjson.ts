@@ -43,7 +43,7 @@ export type LoadSummary = { lines: number; loaded: number; refused: number; refu
  */
 const maxWritesInFlight = 2;
 
-/** Longer lines are refused unread: no resource in a bulk export is anywhere near. */
+/** Longer lines are refused (once read: a line is read whole): no resource in a bulk export is anywhere near. */
 const maxLineBytes = 16 * 1024 * 1024;
 const fhirId = /^[A-Za-z0-9\-.]{1,64}$/;
 
@@ -157,6 +157,10 @@ function checkLine(text: string): Resource | string {
 async function writeChunk(db: Db, lines: Line[]): Promise<void> {
   const contents = JSON.stringify(lines.map((line) => line.resource));
   await db.transaction().execute(async (transaction) => {
+    // The pool's sessions are the API's, bounded for requests (30 s a statement, 5 s a lock wait);
+    // a chunk may rightly take longer, or wait for a row an API write holds.
+    await sql`SET LOCAL statement_timeout = 0`.execute(transaction);
+    await sql`SET LOCAL lock_timeout = 0`.execute(transaction);
     await sql`
       INSERT INTO fhir.resources (content)
       SELECT value FROM jsonb_array_elements(${contents}::jsonb)

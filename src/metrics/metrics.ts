@@ -100,22 +100,28 @@ export function createMetrics(database?: Db) {
 }
 
 /**
- * Gauges read at each scrape: graphile-worker's jobs by task (waiting: due
- * and not taken; scheduled: due later, such as retries; running: taken), the
- * age of the oldest waiting job by task, and the subscriptions by status.
+ * Gauges read at each scrape: graphile-worker's jobs by task (waiting: due,
+ * and a worker could take it now; queued: due, behind a running job of its
+ * subscription's queue, which runs one job at a time; scheduled: due later,
+ * such as retries; running: taken), the age of the oldest waiting job by
+ * task, and the subscriptions by status.
  */
 function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   new Gauge({
     name: 'fhir_webhooks_jobs',
-    help: "graphile-worker's jobs by task and state (waiting: due, not taken; scheduled: due later, such as retries; running: taken by a worker)",
+    help: "graphile-worker's jobs by task and state (waiting: due, free to take; queued: due, behind a running job of its queue; scheduled: due later, such as retries; running: taken by a worker)",
     labelNames: ['task', 'state'],
     registers,
     async collect() {
       const { rows } = await sql<{ task: string; state: string; jobs: number }>`
-        SELECT task_identifier AS task,
-               CASE WHEN locked_at IS NOT NULL THEN 'running' WHEN run_at > now() THEN 'scheduled' ELSE 'waiting' END AS state,
+        SELECT job.task_identifier AS task,
+               CASE WHEN job.locked_at IS NOT NULL THEN 'running'
+                    WHEN job.run_at > now() THEN 'scheduled'
+                    WHEN queue.locked_at IS NOT NULL THEN 'queued'
+                    ELSE 'waiting' END AS state,
                count(*)::int AS jobs
-        FROM graphile_worker.jobs
+        FROM graphile_worker.jobs job
+        LEFT JOIN graphile_worker._private_job_queues queue ON queue.queue_name = job.queue_name
         GROUP BY 1, 2`.execute(db);
       this.reset();
       for (const row of rows) this.set({ task: row.task, state: row.state }, row.jobs);
@@ -123,14 +129,15 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   });
   new Gauge({
     name: 'fhir_webhooks_oldest_waiting_job_age_seconds',
-    help: 'How long the oldest job that is due and not taken has been due, by task',
+    help: "How long the oldest job that is due and free to take has been due, by task: the workers' lag (a job behind a running one of its queue is not counted)",
     labelNames: ['task'],
     registers,
     async collect() {
       const { rows } = await sql<{ task: string; age: number }>`
-        SELECT task_identifier AS task, extract(epoch FROM now() - min(run_at))::float8 AS age
-        FROM graphile_worker.jobs
-        WHERE locked_at IS NULL AND run_at <= now()
+        SELECT job.task_identifier AS task, extract(epoch FROM now() - min(job.run_at))::float8 AS age
+        FROM graphile_worker.jobs job
+        LEFT JOIN graphile_worker._private_job_queues queue ON queue.queue_name = job.queue_name
+        WHERE job.locked_at IS NULL AND job.run_at <= now() AND queue.locked_at IS NULL
         GROUP BY 1`.execute(db);
       this.reset();
       for (const row of rows) this.set({ task: row.task }, row.age);

@@ -74,17 +74,16 @@ export async function recentAttempts(db: Db, subscriptionId: string, limit = 20)
   return attempts(db).where('subscription_id', '=', subscriptionId).orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
 }
 
-/** The calls recorded after the one with id `afterId`, oldest first (`deliveries tail`); of one subscription if given. */
-export async function attemptsAfter(db: Db, afterId: string, subscriptionId?: string): Promise<Attempt[]> {
-  let query = attempts(db).where('id', '>', afterId).orderBy('id').limit(1000);
+/**
+ * The calls started since `since`, oldest first (`deliveries tail`); of one
+ * subscription if given. By start time, not by id: 20 worker connections
+ * record calls in transactions that commit in any order, so a higher id can
+ * be visible before a lower one.
+ */
+export async function attemptsSince(db: Db, since: Date, subscriptionId?: string): Promise<Attempt[]> {
+  let query = attempts(db).where('started_at', '>=', since).orderBy('started_at').orderBy('id').limit(10_000);
   if (subscriptionId !== undefined) query = query.where('subscription_id', '=', subscriptionId);
   return query.execute();
-}
-
-/** The id of the latest call recorded, '0' when there is none: where a tail starts. */
-export async function latestAttemptId(db: Db): Promise<string> {
-  const row = await db.selectFrom('webhook.delivery_attempts').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst();
-  return row?.id ?? '0';
 }
 
 /** What is queued for a subscription, per task (webhook.pending_work). */

@@ -84,7 +84,7 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
         query = query.where('criteria', '=', value);
         break;
       case 'url':
-        // An endpoint with credentials is stored as shown: the rows shown alike are told apart once read.
+        // An endpoint with credentials is stored as shown: the rows shown alike are told apart once read (below).
         query = query.where('endpoint', '=', storedEndpoint(value));
         endpoint = value;
         break;
@@ -98,11 +98,16 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
         throw refusal(`Unknown search parameter '${name}' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)`);
     }
   }
-  const rows = await query.orderBy('created_at').orderBy('id').limit(count + 1).execute();
+  const ordered = query.orderBy('created_at').orderBy('id');
+  // With url=, the rows shown alike are told apart before the page is cut (they are few: one endpoint's).
+  const rows =
+    endpoint === undefined
+      ? await ordered.limit(count + 1).execute()
+      : (await ordered.execute()).filter((row) => wholeEndpoint(row, context.box) === endpoint).slice(0, count + 1);
   const page = rows.slice(0, count);
   const last = page.at(-1);
   return {
-    resources: page.filter((row) => endpoint === undefined || wholeEndpoint(row, context.box) === endpoint).map((row) => render(row, context, 'stored')),
+    resources: page.map((row) => render(row, context, 'stored')),
     ...(rows.length > count && last ? { nextPageToken: encodePageToken(last.created_at_text, last.id) } : {}),
   };
 }

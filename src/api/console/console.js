@@ -1,4 +1,4 @@
-// The delivery console: read-only, refreshed every second. The API key stays in this tab's
+// The delivery console: read-only, refreshed every second, one refresh at a time. The API key stays in this tab's
 // sessionStorage and goes in the x-api-key header of the console's JSON requests; every text
 // from the server is set as textContent, never as HTML.
 const refreshMs = 1000;
@@ -7,10 +7,17 @@ let selected;
 
 const $ = (selector) => document.querySelector(selector);
 
+class Refused extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
 async function getJson(path) {
   const response = await fetch(path, { headers: { 'x-api-key': sessionStorage.getItem(keyItem) ?? '' } });
   const body = await response.json();
-  if (!response.ok) throw new Error(body.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
+  if (!response.ok) throw new Refused(response.status, body.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
   return body;
 }
 
@@ -45,7 +52,7 @@ function renderSubscriptions(subscriptions) {
       row.append(badge(subscription.status, 'status'), cell(subscription.criteria, 'code'), cell(subscription.endpoint, 'code'), cell(String(subscription.failureCount)), cell(subscription.error));
       row.addEventListener('click', () => {
         selected = subscription.id;
-        void refresh();
+        void refreshNow();
       });
       return row;
     }),
@@ -86,19 +93,41 @@ function renderDetail({ subscription, attempts, queued }) {
 async function refresh() {
   try {
     renderSubscriptions(await getJson('/console/api/subscriptions'));
-    if (selected !== undefined) renderDetail(await getJson(`/console/api/subscriptions/${encodeURIComponent(selected)}`));
+    const shown = selected;
+    if (shown !== undefined) {
+      const detail = await getJson(`/console/api/subscriptions/${encodeURIComponent(shown)}`);
+      // Another subscription was clicked meanwhile: its own refresh shows it.
+      if (shown === selected) renderDetail(detail);
+    }
     $('#refreshed').textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {
+    // The key was revoked meanwhile: ask for one again.
+    if (error instanceof Refused && error.status === 401) {
+      sessionStorage.removeItem(keyItem);
+      location.reload();
+      return;
+    }
     $('#refreshed').textContent = `not updated: ${error.message}`;
   }
+}
+
+// One refresh at a time: the next starts a second after the last one ended, or at once on a click.
+let timer;
+let running = Promise.resolve();
+function refreshNow() {
+  clearTimeout(timer);
+  running = running.then(refresh).then(() => {
+    clearTimeout(timer);
+    timer = setTimeout(refreshNow, refreshMs);
+  });
+  return running;
 }
 
 function showBoard() {
   $('#login').hidden = true;
   $('#board').hidden = false;
   $('#forget').hidden = false;
-  void refresh();
-  setInterval(() => void refresh(), refreshMs);
+  void refreshNow();
 }
 
 $('#login').addEventListener('submit', async (event) => {

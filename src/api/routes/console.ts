@@ -1,14 +1,15 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import type { FastifyPluginAsync } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
 import { notFound } from '../../fhir/outcome.ts';
 import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary, type Visibility } from '../../operations/delivery-overview.ts';
-import { callerOf, requireApiKey } from '../authentication.ts';
+import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
 
-export type ConsoleRoutesOptions = { db: Db };
+export type ConsoleDataOptions = { db: Db };
 
 /** Dates as JSON writes them: ISO 8601 strings. */
 const summaryJson = (subscription: SubscriptionSummary) => ({ ...subscription, createdAt: subscription.createdAt.toISOString() });
@@ -52,19 +53,16 @@ const queued = z.object({ task: z.string(), jobs: z.number(), events: z.number()
  * without admin sees its own subscriptions), and holds no secret: endpoints
  * are masked and headers are not shown.
  */
-export const consoleRoutes: FastifyPluginAsyncZod<ConsoleRoutesOptions> = async (app, { db }) => {
+export const consolePage: FastifyPluginAsync = async (app) => {
   const file = (url: string, name: keyof typeof page, type: string) =>
     app.get(url, { schema: { hide: true } }, async (_request, reply) => reply.type(type).header('content-security-policy', contentSecurityPolicy).send(page[name]));
   file('/console', 'index.html', 'text/html; charset=utf-8');
   file('/console/console.css', 'console.css', 'text/css; charset=utf-8');
   file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
-
-  await app.register(consoleApi, { prefix: '/console/api', db });
 };
 
-/** The console's data, behind the API key. */
-const consoleApi: FastifyPluginAsyncZod<ConsoleRoutesOptions> = async (api, { db }) => {
-  requireApiKey(api, db);
+/** The console's data, at /console/api; app.ts puts it behind the API key and the per-key limit. */
+export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api, { db }) => {
   const visibility = (request: Parameters<typeof callerOf>[0]): Visibility => {
     const caller = callerOf(request);
     return caller.admin ? {} : { createdBy: caller.apiKeyId };

@@ -1,6 +1,6 @@
 import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 import { activate, failHandshake } from '../../subscriptions/state.ts';
-import { call, describeFailure, handshakeBundle, loadTarget, recordAttempt, retryDelay, type DispatchContext } from '../delivery.ts';
+import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, retryDelay, type DispatchContext } from '../delivery.ts';
 
 /**
  * subscription_handshake: the first call to a new subscription. 2xx makes it
@@ -13,18 +13,19 @@ export async function handshake(context: DispatchContext, { subscriptionId, atte
   const result = await call(context, target, handshakeBundle(context, target), 'handshake', signal);
   const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
   const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
-  await context.db.transaction().execute(async (db) => {
+  const record = await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
       await activate(db, target.id);
-      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'delivered');
-    } else if (delay !== undefined) {
-      await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay });
-      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'retrying');
-    } else {
-      await failHandshake(db, target.id, reason);
-      await recordAttempt(context, db, target.id, 'handshake', undefined, attempt, result, 'failed');
+      return recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'delivered');
     }
+    if (delay !== undefined) {
+      await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay });
+      return recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'retrying');
+    }
+    await failHandshake(db, target.id, reason);
+    return recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'failed');
   });
+  countCalls(context, [record]);
   // One line per change of state, once committed (the reason masks the endpoint's credentials).
   if (result.verdict === 'delivered') context.logger.info({ subscriptionId }, 'subscription activated');
   else if (delay !== undefined) {

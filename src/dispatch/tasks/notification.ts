@@ -181,29 +181,36 @@ async function settle(context: DispatchContext, target: Target, verdict: Verdict
     countCalls(context, records);
     return;
   }
-  const retrying = await context.db.transaction().execute(async (db) => {
+  const outcome = await context.db.transaction().execute(async (db) => {
     if (records.length > 0) await db.insertInto('webhook.delivery_attempts').values(records).execute();
-    countCalls(context, records);
     const refusedInARow = await countRefusals(db, target.id, verdict);
     const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
     // The subscription goes to error: what is left of the batch waits for its reactivation, like any later event.
-    if (deactivating !== undefined) await deactivateFor(context, db, target, deactivating.event, deactivating.result);
-    else if (retry.length > 0) await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
-    return deactivating === undefined && retry.length > 0;
+    if (deactivating !== undefined) return { deactivation: await deactivateFor(db, target, deactivating.event, deactivating.result), retrying: false };
+    if (retry.length > 0) await enqueueNotifications(db, { subscriptionId: target.id, events: retry }, verdict.retryDelayMs);
+    return { deactivation: undefined, retrying: retry.length > 0 };
   });
-  if (retrying) {
+  countCalls(context, records);
+  if (outcome.deactivation !== undefined) {
+    context.metrics.deactivated();
+    const resourceUrl = `${context.baseUrl}/fhir/resources/${outcome.deactivation.resource}`;
+    context.logger.warn({ subscriptionId: target.id, reason: outcome.deactivation.reason, resourceUrl }, 'subscription deactivated after repeated delivery failures');
+  }
+  if (outcome.retrying) {
     context.metrics.retryScheduled('notification', retry.length);
     context.logger.info({ subscriptionId: target.id, events: retry.length, retryInMs: verdict.retryDelayMs }, 'notifications failed; retrying');
   }
 }
 
-/** Deactivates with a reason naming the event not delivered (the resource the alert links to). */
-async function deactivateFor(context: DispatchContext, db: Db, target: Target, event: BatchEvent, result: CallResult): Promise<void> {
+/**
+ * Deactivates with a reason naming the event not delivered (the resource the
+ * alert links to); what happened, for the caller to count and log once
+ * committed, or undefined when the subscription was no longer active.
+ */
+async function deactivateFor(db: Db, target: Target, event: BatchEvent, result: CallResult): Promise<{ reason: string; resource: string } | undefined> {
   const reason = `${describeFailure(result, target.endpoint)}; ${event.resourceType}/${event.resourceId} (version ${event.versionId}) was not delivered`;
-  if ((await deactivate(db, target.id, reason, target.contactEmails)) === undefined) return;
-  context.metrics.deactivated();
-  const resourceUrl = `${context.baseUrl}/fhir/resources/${event.resourceType}/${event.resourceId}`;
-  context.logger.warn({ subscriptionId: target.id, reason, resourceUrl }, 'subscription deactivated after repeated delivery failures');
+  if ((await deactivate(db, target.id, reason, target.contactEmails)) === undefined) return undefined;
+  return { reason, resource: `${event.resourceType}/${event.resourceId}` };
 }
 
 /** What is sent for an event, and when its version was committed (its lastUpdated). */

@@ -1,7 +1,7 @@
 import type { Db } from '../../db/database.ts';
 import { enqueueNotifications, eventKey, type ResourceEvent } from '../../db/jobs.ts';
 import { failReactivation, isSuperseded, reactivate } from '../../subscriptions/state.ts';
-import { call, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
+import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
 
 /**
  * subscription_reactivation: the next matching event of a subscription in
@@ -19,16 +19,17 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
   if (await isSuperseded(context.db, target.id)) return;
   const result = await call(context, target, handshakeBundle(context, target), `reactivation handshake for ${eventKey(batchEvent)}`, signal);
   const reason = `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`;
-  const reactivated = await context.db.transaction().execute(async (db) => {
-    await recordAttempt(context, db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
+  const { record, reactivated } = await context.db.transaction().execute(async (db) => {
+    const record = await recordAttempt(db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
     if (result.verdict !== 'delivered') {
       await failReactivation(db, target.id, reason);
-      return false;
+      return { record, reactivated: false };
     }
-    if (!(await reactivate(db, target.id))) return false;
+    if (!(await reactivate(db, target.id))) return { record, reactivated: false };
     await deliver(db);
-    return true;
+    return { record, reactivated: true };
   });
+  countCalls(context, [record]);
   if (reactivated) context.logger.info({ subscriptionId, resource: eventKey(batchEvent) }, 'subscription reactivated by a new event');
   else if (result.verdict !== 'delivered') context.logger.info({ subscriptionId, reason }, 'subscription reactivation failed; still in error');
 }
