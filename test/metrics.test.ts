@@ -1,14 +1,12 @@
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../src/api/app.ts';
-import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
-import { createMetrics } from '../src/metrics/metrics.ts';
 import { startService } from '../src/service.ts';
-import { baseUrl, testSecretsKey } from './support/app.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { createTestDatabase } from './support/database.ts';
-import { freePort, startReceiver, waitFor } from './support/receiver.ts';
+import { freePort, startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { subscribe } from './support/subscriptions.ts';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterAll(async () => {
@@ -26,31 +24,28 @@ function samples(text: string): Map<string, number> {
   return series;
 }
 
+/** An API serving /metrics and workers counting into the same registry, with a receiver; closed after the file. */
+async function measuredStack(environment: Record<string, string>): Promise<{ t: TestApp; receiver: Receiver }> {
+  const t = await startTestApp({ metrics: true });
+  cleanups.push(() => t.close());
+  const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '50', ...environment });
+  const workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }), t.metrics);
+  cleanups.push(() => workers.stop());
+  const receiver = await startReceiver();
+  cleanups.push(() => receiver.close());
+  return { t, receiver };
+}
+
 describe('/metrics after real deliveries', () => {
   it('counts calls by kind and outcome, their durations, commit-to-delivery latency, retries, deactivations, alert failures, and reads the queue and subscriptions from the database', { timeout: 60_000 }, async () => {
-    const database = await createTestDatabase();
-    cleanups.push(() => database.drop());
-    const metrics = createMetrics(database.db);
-    const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
-    cleanups.push(() => app.close());
-    const config = loadConfig({
-      BASE_URL: baseUrl,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-      DELIVERY_RETRY_DELAYS_MS: '50',
+    const { t, receiver } = await measuredStack({
       DELIVERY_MAX_FAILURES: '2',
       // Nothing listens there: the alert e-mail fails (and is retried).
       SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
     });
-    const workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }), metrics);
-    cleanups.push(() => workers.stop());
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
-    const { key } = await createApiKey(database.db, 'metrics');
-    const fhir = (method: 'GET' | 'POST', url: string, body?: unknown) =>
-      app.inject({ method, url: `/fhir/resources${url}`, headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, ...(body === undefined ? {} : { payload: JSON.stringify(body) }) });
     const scrape = async () => {
       // No API key: a scraper has none.
-      const response = await app.inject({ method: 'GET', url: '/metrics' });
+      const response = await t.app.inject({ method: 'GET', url: '/metrics' });
       expect(response.statusCode).toBe(200);
       expect(response.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
       return samples(response.body);
@@ -61,18 +56,10 @@ describe('/metrics after real deliveries', () => {
     expect(before.get('fhir_webhooks_subscriptions{status="active"}')).toBe(0);
     expect(before.has('process_cpu_user_seconds_total')).toBe(true);
 
-    const created = await fhir('POST', '/Subscription', {
-      resourceType: 'Subscription',
-      status: 'requested',
-      criteria: 'Patient?family=Measured',
-      reason: 'metrics',
-      contact: [{ system: 'email', value: 'ops@example.org' }],
-      channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: metrics'] },
-    });
-    expect(created.statusCode).toBe(201);
+    await subscribe(t, 'Patient?family=Measured', receiver.url);
     const active = await waitFor(async () => ((await scrape()).get('fhir_webhooks_subscriptions{status="active"}') === 1 ? true : undefined), 10_000, 'the activation');
     expect(active).toBe(true);
-    await fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
+    await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
     const delivered = await waitFor(async () => {
       const now = await scrape();
       // The latency is observed once the attempt is recorded, just after it is counted.
@@ -89,7 +76,7 @@ describe('/metrics after real deliveries', () => {
 
     // Two failed calls: a retry, then the deactivation, whose e-mail cannot be sent.
     receiver.answer = () => ({ status: 500 });
-    await fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
+    await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
     const failed = await waitFor(async () => {
       const now = await scrape();
       return (now.get('fhir_webhooks_alert_email_failures_total') ?? 0) >= 1 ? now : undefined;
@@ -108,33 +95,14 @@ describe('/metrics after real deliveries', () => {
 
 describe('/metrics when the OAuth token endpoint fails', () => {
   it('counts the failed token requests; the subscriber is never called', { timeout: 30_000 }, async () => {
-    const database = await createTestDatabase();
-    cleanups.push(() => database.drop());
-    const metrics = createMetrics(database.db);
-    const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
-    cleanups.push(() => app.close());
-    const config = loadConfig({
-      BASE_URL: baseUrl,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-      DELIVERY_RETRY_DELAYS_MS: '50',
+    const { t, receiver } = await measuredStack({
       OAUTH_TOKEN_URL: `http://127.0.0.1:${await freePort()}/token`,
       OAUTH_CLIENT_ID: 'webhooks',
       OAUTH_CLIENT_SECRET: 'secret',
     });
-    const workers = await startWorkers(config, database, testSecretsKey, pino({ level: 'silent' }), metrics);
-    cleanups.push(() => workers.stop());
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
-    const { key } = await createApiKey(database.db, 'metrics');
-    const created = await app.inject({
-      method: 'POST',
-      url: '/fhir/resources/Subscription',
-      headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' },
-      payload: JSON.stringify({ resourceType: 'Subscription', status: 'requested', criteria: 'Patient?family=Tokenless', reason: 'metrics', channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json' } }),
-    });
-    expect(created.statusCode).toBe(201);
+    await subscribe(t, 'Patient?family=Tokenless', receiver.url);
     const scraped = await waitFor(async () => {
-      const now = samples((await app.inject({ method: 'GET', url: '/metrics' })).body);
+      const now = samples((await t.app.inject({ method: 'GET', url: '/metrics' })).body);
       // The token failure is counted as it happens; the failed attempt once it is recorded, just after.
       const counted = (now.get('fhir_webhooks_oauth_token_failures_total') ?? 0) >= 1 && (now.get('fhir_webhooks_deliveries_total{kind="handshake",outcome="retrying"}') ?? 0) >= 1;
       return counted ? now : undefined;

@@ -5,15 +5,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../src/api/app.ts';
-import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
-import { createMetrics } from '../src/metrics/metrics.ts';
 import dashboard from '../monitoring/grafana/dashboards/fhir-webhooks.json' with { type: 'json' };
-import { baseUrl, testSecretsKey } from './support/app.ts';
-import { createTestDatabase } from './support/database.ts';
+import { baseUrl, startTestApp, testSecretsKey } from './support/app.ts';
 import { freePort, startReceiver, waitFor } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
  * A real Prometheus (Debian's `prometheus` package; .ci/run installs it)
@@ -44,14 +41,12 @@ describe.skipIf(!installed && process.env.CI === undefined)("a real Prometheus s
   });
 
   it('scrapes /metrics during real deliveries, and its query API reports the delivery counter; promtool accepts the exposition', { timeout: 90_000 }, async () => {
-    const database = await createTestDatabase();
-    cleanups.push(() => database.drop());
-    const metrics = createMetrics(database.db);
-    const app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
-    cleanups.push(() => app.close());
+    const t = await startTestApp({ metrics: true });
+    cleanups.push(() => t.close());
+    const { app } = t;
     await app.listen({ port: 0, host: '127.0.0.1' });
     const servicePort = (app.server.address() as AddressInfo).port;
-    const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }), database, testSecretsKey, pino({ level: 'silent' }), metrics);
+    const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }), t.database, testSecretsKey, pino({ level: 'silent' }), t.metrics);
     cleanups.push(() => workers.stop());
     const receiver = await startReceiver();
     cleanups.push(() => receiver.close());
@@ -79,20 +74,9 @@ describe.skipIf(!installed && process.env.CI === undefined)("a real Prometheus s
     const prometheusApi = `http://127.0.0.1:${prometheusPort}`;
     await waitFor(async () => ((await fetch(`${prometheusApi}/-/ready`).catch(() => undefined))?.status === 200 ? true : undefined), 30_000, `Prometheus ready (its log: ${log})`);
 
-    const { key } = await createApiKey(database.db, 'prometheus');
-    const fhir = (url: string, body: unknown) =>
-      app.inject({ method: 'POST', url: `/fhir/resources${url}`, headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, payload: JSON.stringify(body) });
-    const created = await fhir('/Subscription', {
-      resourceType: 'Subscription',
-      status: 'requested',
-      criteria: 'Patient?family=Scraped',
-      reason: 'prometheus',
-      channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: scraped'] },
-    });
-    expect(created.statusCode).toBe(201);
-    await receiver.waitForCalls(1);
-    await waitFor(async () => ((await database.pool.query(`SELECT 1 FROM webhook.subscriptions WHERE status = 'active'`)).rowCount === 1 ? true : undefined));
-    for (let n = 0; n < 3; n++) expect((await fhir('/Patient', { resourceType: 'Patient', name: [{ family: 'Scraped' }] })).statusCode).toBe(201);
+    const { id } = await subscribe(t, 'Patient?family=Scraped', receiver.url);
+    await untilStatus(t, id, 'active');
+    for (let n = 0; n < 3; n++) expect((await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Scraped' }] })).statusCode).toBe(201);
     await receiver.waitForCalls(4);
 
     // What Prometheus stored, through its query API.
