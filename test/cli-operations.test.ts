@@ -1,11 +1,7 @@
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { startTestApp, type TestApp } from './support/app.ts';
 import { childEnvironment, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
-import { startReceiver, type Receiver } from './support/receiver.ts';
-import { subscribe, untilStatus } from './support/subscriptions.ts';
+import { startHealthyAndFailing, type HealthyAndFailing } from './support/subscriptions.ts';
 
 /**
  * The operator's commands (`subscriptions list`, `subscriptions show`,
@@ -14,34 +10,16 @@ import { subscribe, untilStatus } from './support/subscriptions.ts';
  */
 
 let t: TestApp;
-let workers: Workers;
-const receivers: Receiver[] = [];
-const ids = { healthy: '', failing: '' };
+let scene: HealthyAndFailing;
 
 beforeAll(async () => {
   t = await startTestApp();
-  workers = await startWorkers(
-    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  const good = await startReceiver();
-  const bad = await startReceiver();
-  receivers.push(good, bad);
-  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 503 });
-  ids.healthy = (await subscribe(t, 'Patient?family=Healthy', `${good.url}?token=query-secret`)).id;
-  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
-  await untilStatus(t, ids.healthy, 'active');
-  await untilStatus(t, ids.failing, 'active');
-  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
-  await untilStatus(t, ids.failing, 'error');
+  scene = await startHealthyAndFailing(t, { healthyCriteria: 'Patient?family=Healthy', healthyEndpointQuery: '?token=query-secret', failingStatus: 503 });
 }, 60_000);
 
 afterAll(async () => {
   await stopStartedCommands();
-  await workers?.stop();
-  for (const receiver of receivers) await receiver.close();
+  await scene?.close();
   await t?.close();
 });
 
@@ -55,15 +33,15 @@ describe('subscriptions list', () => {
     const [header, ...rows] = run.output.trimEnd().split('\n');
     expect(header).toMatch(/^ID\s+STATUS\s+FAILURES\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
     expect(rows).toHaveLength(2);
-    expect(rows[0]).toMatch(new RegExp(`^${ids.healthy}\\s+active\\s+0\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
-    expect(rows[1]).toMatch(new RegExp(`^${ids.failing}\\s+error\\s+0\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
+    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
+    expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+0\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
     expect(run.output).not.toContain('query-secret');
   });
 
   it('filters by status, and refuses an unknown one as a usage error', async () => {
     const errors = await cli('subscriptions', 'list', '--status', 'error');
-    expect(errors.output).toContain(ids.failing);
-    expect(errors.output).not.toContain(ids.healthy);
+    expect(errors.output).toContain(scene.failing);
+    expect(errors.output).not.toContain(scene.healthy);
     expect((await cli('subscriptions', 'list', '--status', 'off')).output).toBe('No subscriptions.\n');
     const wrong = await cli('subscriptions', 'list', '--status', 'broken');
     expect(wrong.exitCode).toBe(2);
@@ -73,9 +51,9 @@ describe('subscriptions list', () => {
 
 describe('subscriptions show', () => {
   it('shows the state with its reason, the last calls, and what is queued', async () => {
-    const run = await cli('subscriptions', 'show', ids.failing);
+    const run = await cli('subscriptions', 'show', scene.failing);
     expect(run.exitCode).toBe(0);
-    expect(run.output).toMatch(new RegExp(`^Subscription ${ids.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
+    expect(run.output).toMatch(new RegExp(`^Subscription ${scene.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
     expect(run.output).toContain('  criteria  Patient?family=Failing\n');
     expect(run.output).toMatch(/Last calls \(newest first\):\nSTARTED\s+KIND\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\n\S+\s+notification\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\n\S+\s+handshake\s+-\s+1\s+delivered\s+200\s+\d+\s*\n/);
     expect(run.output).toMatch(/\nQueued:\n {2}nothing\n$/);
@@ -93,7 +71,7 @@ describe('deliveries tail', () => {
     const tail = startCommand(process.execPath, ['src/cli.ts', 'deliveries', 'tail'], environment());
     await tail.waitFor(/Following the calls to every subscriber; Ctrl-C stops\./);
     const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Healthy' }] })).json<{ id: string }>();
-    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${ids.healthy}  notification Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
+    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${scene.healthy}  notification Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
     expect(line).toBeDefined();
     // Only calls from its start: the older ones are not repeated.
     expect(tail.output()).not.toContain('handshake');

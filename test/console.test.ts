@@ -2,15 +2,11 @@ import { spawnSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import pino from 'pino';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { startReceiver, type Receiver } from './support/receiver.ts';
-import { subscribe, untilStatus } from './support/subscriptions.ts';
+import { startTestApp, type TestApp } from './support/app.ts';
+import { startHealthyAndFailing, type HealthyAndFailing } from './support/subscriptions.ts';
 
 /**
  * The delivery console in a real browser: Debian's Chromium (.ci/run installs
@@ -21,34 +17,22 @@ const installed = spawnSync(chromiumPath, ['--version']).status === 0;
 const screenshots = path.resolve('.ci/screenshots');
 
 let t: TestApp;
-let workers: Workers;
+let scene: HealthyAndFailing;
 let browser: Browser;
 let consoleUrl: string;
 let apiKey: string;
-const receivers: Receiver[] = [];
-const ids = { healthy: '', failing: '' };
 
 beforeAll(async () => {
   if (!installed && process.env.CI === undefined) return;
   t = await startTestApp();
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   consoleUrl = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}/console`;
-  workers = await startWorkers(
-    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  const good = await startReceiver();
-  const bad = await startReceiver();
-  receivers.push(good, bad);
-  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 500 });
-  ids.healthy = (await subscribe(t, 'Patient?family=Shown', `${good.url}?token=console-token-value`, { header: ['secret: console-secret-value'] })).id;
-  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
-  await untilStatus(t, ids.healthy, 'active');
-  await untilStatus(t, ids.failing, 'active');
-  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
-  await untilStatus(t, ids.failing, 'error');
+  scene = await startHealthyAndFailing(t, {
+    healthyCriteria: 'Patient?family=Shown',
+    healthyEndpointQuery: '?token=console-token-value',
+    healthyHeader: ['secret: console-secret-value'],
+    failingStatus: 500,
+  });
   apiKey = (await createApiKey(t.database.db, 'console', ['read', 'admin'])).key;
   browser = await chromium.launch({
     executablePath: chromiumPath,
@@ -58,8 +42,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  await workers?.stop();
-  for (const receiver of receivers) await receiver.close();
+  await scene?.close();
   await t?.close();
 });
 
@@ -118,9 +101,9 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     // Neither on the page nor in the data it reads.
     const text = (await page.textContent('body')) ?? '';
     const data = await Promise.all(
-      ['/console/api/subscriptions', `/console/api/subscriptions/${ids.healthy}`].map(async (url) => (await fetch(new URL(url, consoleUrl), { headers: { 'x-api-key': apiKey } })).text()),
+      ['/console/api/subscriptions', `/console/api/subscriptions/${scene.healthy}`].map(async (url) => (await fetch(new URL(url, consoleUrl), { headers: { 'x-api-key': apiKey } })).text()),
     );
-    expect(data[0]).toContain(ids.healthy);
+    expect(data[0]).toContain(scene.healthy);
     for (const secret of ['console-secret-value', 'console-token-value', apiKey]) {
       expect(text).not.toContain(secret);
       for (const json of data) expect(json).not.toContain(secret);

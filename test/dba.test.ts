@@ -1,12 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
-import { subscribe, untilStatus } from './support/subscriptions.ts';
+import { startTestApp, type TestApp } from './support/app.ts';
+import { waitFor } from './support/receiver.ts';
+import { startHealthyAndFailing, type HealthyAndFailing } from './support/subscriptions.ts';
 
 /**
  * docs/dba.md's queries, each run with psql as a DBA would run it, against a
@@ -25,42 +22,22 @@ const queries = new Map(
 );
 
 let t: TestApp;
-let workers: Workers | undefined;
-const receivers: Receiver[] = [];
-const ids = { failing: '', waiting: '', deliveredPatient: '', waitingPatient: '' };
+let scene: HealthyAndFailing;
+let deliveredPatient: string;
 
 beforeAll(async () => {
   if (!runHere) return;
   t = await startTestApp();
-  workers = await startWorkers(
-    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  const good = await startReceiver();
-  const bad = await startReceiver();
-  receivers.push(good, bad);
-  // The handshake passes, every notification fails: one failure puts it in error.
-  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : 500 });
-  ids.waiting = (await subscribe(t, 'Patient?family=Waiting', good.url)).id;
-  ids.failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
-  await untilStatus(t, ids.waiting, 'active');
-  await untilStatus(t, ids.failing, 'active');
-
-  ids.deliveredPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
-  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
-  await untilStatus(t, ids.failing, 'error');
-  await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.delivery_attempts WHERE resource_id = $1`, [ids.deliveredPatient])).rowCount === 1 ? true : undefined));
+  scene = await startHealthyAndFailing(t, { healthyCriteria: 'Patient?family=Waiting', failingStatus: 500 });
+  deliveredPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
+  await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.delivery_attempts WHERE resource_id = $1`, [deliveredPatient])).rowCount === 1 ? true : undefined));
   // No workers from here: the next event waits in the queue.
-  await workers.stop();
-  workers = undefined;
-  ids.waitingPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
+  await scene.stopWorkers();
+  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] });
 }, 60_000);
 
 afterAll(async () => {
-  await workers?.stop();
-  for (const receiver of receivers) await receiver.close();
+  await scene?.close();
   await t?.close();
 });
 
@@ -68,7 +45,7 @@ afterAll(async () => {
 function runQuery(heading: string): string {
   const query = queries.get(heading);
   if (query === undefined) throw new Error(`docs/dba.md has no query under "### ${heading}"`);
-  const variables = { subscription_id: ids.failing, resource_type: 'Patient', resource_id: ids.deliveredPatient };
+  const variables = { subscription_id: scene.failing, resource_type: 'Patient', resource_id: deliveredPatient };
   const result = spawnSync(
     'psql',
     [t.database.url, '-X', '--no-psqlrc', '-v', 'ON_ERROR_STOP=1', '-A', '-F', '|', ...Object.entries(variables).flatMap(([name, value]) => ['-v', `${name}=${value}`])],
@@ -100,18 +77,18 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
 
   it('which subscriptions are failing: the one in error, not the healthy one', () => {
     const output = runQuery('Which subscriptions are failing?');
-    expect(output).toContain(`${ids.failing}|error|Patient?family=Failing|`);
-    expect(output).not.toContain(ids.waiting);
+    expect(output).toContain(`${scene.failing}|error|Patient?family=Failing|`);
+    expect(output).not.toContain(scene.healthy);
   });
 
   it('what is waiting: the event written while no worker ran, for its subscription', () => {
     const output = runQuery('What is waiting to be delivered?');
-    expect(output).toMatch(new RegExp(`^${ids.waiting}\\|Patient\\?family=Waiting\\|active\\|notification_delivery\\|1\\|1\\|1\\|0\\|0\\|`, 'm'));
+    expect(output).toMatch(new RegExp(`^${scene.healthy}\\|Patient\\?family=Waiting\\|active\\|notification_delivery\\|1\\|1\\|1\\|0\\|0\\|`, 'm'));
   });
 
   it('what was delivered for a resource: its version, to the subscription it matched', () => {
     const output = runQuery('What was delivered for a resource?');
-    expect(output).toContain(`|${ids.waiting}|Patient?family=Waiting|notification|1|1|delivered|200|`);
+    expect(output).toContain(`|${scene.healthy}|Patient?family=Waiting|notification|1|1|delivered|200|`);
     expect(output).toMatch(/\(1 row\)/);
   });
 

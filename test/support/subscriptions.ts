@@ -1,6 +1,9 @@
+import pino from 'pino';
 import { expect } from 'vitest';
-import type { TestApp } from './app.ts';
-import { waitFor } from './receiver.ts';
+import { loadConfig } from '../../src/config/index.ts';
+import { startWorkers } from '../../src/dispatch/worker.ts';
+import { baseUrl, testSecretsKey, type TestApp } from './app.ts';
+import { startReceiver, waitFor } from './receiver.ts';
 
 export type SubscribeOptions = { header?: string[]; contact?: string };
 
@@ -42,4 +45,50 @@ export async function attemptsOf(t: TestApp, id: string): Promise<Attempt[]> {
     [id],
   );
   return rows;
+}
+
+export type HealthyAndFailing = {
+  /** The subscription whose subscriber answers 200. */
+  healthy: string;
+  /** The one in error: its subscriber passed the handshake, then refused the one event written for it. */
+  failing: string;
+  /** Stops the workers (events written afterwards wait in the queue); the next call does nothing. */
+  stopWorkers(): Promise<void>;
+  /** The workers and both subscribers. */
+  close(): Promise<void>;
+};
+
+/**
+ * What the operator's views are tried on: workers on `t`'s database (one
+ * failed call puts a subscription in error), a subscription to a subscriber
+ * that answers 200, and one in error, its subscriber having answered
+ * `failingStatus` to the event `Patient?family=Failing` that this writes.
+ */
+export async function startHealthyAndFailing(
+  t: TestApp,
+  { healthyCriteria, healthyEndpointQuery = '', healthyHeader, failingStatus }: { healthyCriteria: string; healthyEndpointQuery?: string; healthyHeader?: string[]; failingStatus: number },
+): Promise<HealthyAndFailing> {
+  const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }), t.database, testSecretsKey, pino({ level: 'silent' }));
+  const good = await startReceiver();
+  const bad = await startReceiver();
+  // The handshake (a Bundle) passes; every notification fails.
+  bad.answer = (call) => ({ status: call.json.resourceType === 'Bundle' ? 200 : failingStatus });
+  const healthy = (await subscribe(t, healthyCriteria, `${good.url}${healthyEndpointQuery}`, healthyHeader === undefined ? {} : { header: healthyHeader })).id;
+  const failing = (await subscribe(t, 'Patient?family=Failing', bad.url)).id;
+  await untilStatus(t, healthy, 'active');
+  await untilStatus(t, failing, 'active');
+  await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Failing' }] });
+  await untilStatus(t, failing, 'error');
+  let stopped: Promise<void> | undefined;
+  const stopWorkers = () => (stopped ??= workers.stop());
+  return {
+    healthy,
+    failing,
+    stopWorkers,
+    close: async () => {
+      await stopWorkers();
+      await good.close();
+      await bad.close();
+    },
+  };
 }
