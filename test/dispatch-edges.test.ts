@@ -1,8 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import pino from 'pino';
-import { SMTPServer } from 'smtp-server';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
@@ -10,6 +8,7 @@ import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { listenOnLoopback, startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
+import { startSmtpServerOnLoopback, type SmtpServer } from './support/smtp.ts';
 
 /**
  * The dispatcher's edges, end to end: real PostgreSQL, graphile-worker, HTTP
@@ -327,29 +326,11 @@ describe('graceful shutdown', () => {
   });
 });
 
-type Mail = { rcptTo: string[]; raw: string };
-
-/** A real SMTP server on 127.0.0.1, without TLS or reverse lookups, keeping what it takes. */
-async function startSmtpServer(): Promise<{ url: string; received: Mail[] }> {
-  const received: Mail[] = [];
-  const server = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ['STARTTLS'],
-    // Its reverse lookup of 127.0.0.1 would ask the system's DNS servers, off loopback.
-    disableReverseLookup: true,
-    logger: false,
-    onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (chunk: Buffer) => chunks.push(chunk));
-      stream.on('end', () => {
-        received.push({ rcptTo: session.envelope.rcptTo.map((to) => to.address), raw: Buffer.concat(chunks).toString('utf8') });
-        callback(null);
-      });
-    },
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => server.close(resolve)));
-  return { url: `smtp://127.0.0.1:${(server.server.address() as AddressInfo).port}`, received };
+/** A real SMTP server on loopback (test/support/smtp.ts), closed after the file. */
+async function startSmtpServer(): Promise<SmtpServer> {
+  const server = await startSmtpServerOnLoopback();
+  cleanups.push(() => server.close());
+  return server;
 }
 
 /** The body of a message decoded from its transfer encoding, with \n for the wire's CRLF. */
