@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 import { createGunzip } from 'node:zlib';
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { isResourceType } from '../fhir/definitions.ts';
+import { fhirIdPattern, isResourceType } from '../fhir/definitions.ts';
 import { unstorableString } from '../fhir/storable-text.ts';
 
 /**
@@ -45,7 +45,6 @@ const maxWritesInFlight = 2;
 
 /** Longer lines are refused (once read: a line is read whole): no resource in a bulk export is anywhere near. */
 const maxLineBytes = 16 * 1024 * 1024;
-const fhirId = /^[A-Za-z0-9\-.]{1,64}$/;
 
 /** A line's resource once checked. */
 type Resource = Record<string, unknown> & { resourceType: string; id?: string };
@@ -140,7 +139,7 @@ function checkLine(text: string): Resource | string {
   if (typeof resource.resourceType !== 'string') return 'no resourceType';
   if (!isResourceType(resource.resourceType)) return `unknown resourceType '${resource.resourceType}': not a FHIR R4 resource type`;
   if (resource.resourceType === 'Subscription') return 'a Subscription: subscriptions are created through the API (POST /Subscription), not loaded';
-  if (resource.id !== undefined && (typeof resource.id !== 'string' || !fhirId.test(resource.id))) {
+  if (resource.id !== undefined && (typeof resource.id !== 'string' || !fhirIdPattern.test(resource.id))) {
     return `invalid id ${JSON.stringify(resource.id)}: FHIR ids are 1-64 characters of A-Z, a-z, 0-9, '-' and '.'`;
   }
   if (resource.meta !== undefined && (typeof resource.meta !== 'object' || resource.meta === null || Array.isArray(resource.meta))) return 'meta is not a JSON object';

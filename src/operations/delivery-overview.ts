@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { SubscriptionStatus } from '../db/schema.ts';
+import { visibleTo, type Caller } from '../subscriptions/store.ts';
 
 /**
  * What the people who run the service look at: the subscriptions with their
@@ -19,22 +20,20 @@ export type SubscriptionSummary = {
   createdAt: Date;
 };
 
-/** Whose subscriptions to show: those one API key created (a key without the admin scope), or all. */
-export type Visibility = { createdBy?: string };
-
-function subscriptions(db: Db, { createdBy }: Visibility) {
+/** The subscriptions an API caller may see (the store's rule), or all of them for an operator (no caller: the CLI). */
+function subscriptions(db: Db, caller: Caller | undefined) {
   const query = db.selectFrom('webhook.subscriptions').select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt']);
-  return createdBy === undefined ? query : query.where('created_by_api_key', '=', createdBy);
+  return caller === undefined ? query : visibleTo(query, caller);
 }
 
-export async function listSubscriptions(db: Db, { status, ...visibility }: { status?: SubscriptionStatus[] } & Visibility = {}): Promise<SubscriptionSummary[]> {
-  let query = subscriptions(db, visibility).orderBy('created_at').orderBy('id');
+export async function listSubscriptions(db: Db, { status, caller }: { status?: SubscriptionStatus[]; caller?: Caller } = {}): Promise<SubscriptionSummary[]> {
+  let query = subscriptions(db, caller).orderBy('created_at').orderBy('id');
   if (status !== undefined && status.length > 0) query = query.where('status', 'in', status);
   return query.execute();
 }
 
-export async function findSubscription(db: Db, id: string, visibility: Visibility = {}): Promise<SubscriptionSummary | undefined> {
-  return subscriptions(db, visibility).where('id', '=', id).executeTakeFirst();
+export async function findSubscription(db: Db, id: string, caller?: Caller): Promise<SubscriptionSummary | undefined> {
+  return subscriptions(db, caller).where('id', '=', id).executeTakeFirst();
 }
 
 /** One call to a subscriber, as webhook.delivery_attempts records it. */

@@ -32,7 +32,7 @@ export function storedEndpoint(endpoint: string): string {
 
 /** The endpoint's columns: as shown, and the whole of it encrypted when it carries credentials. */
 export function endpointColumns(endpoint: string, box: SecretBox): { endpoint: string; endpoint_encrypted: Buffer | null } {
-  return { endpoint: storedEndpoint(endpoint), endpoint_encrypted: carriesCredentials(endpoint) ? box.seal(endpoint) : null };
+  return carriesCredentials(endpoint) ? { endpoint: shownEndpoint(endpoint), endpoint_encrypted: box.seal(endpoint) } : { endpoint, endpoint_encrypted: null };
 }
 
 /** The whole endpoint, from its columns. */

@@ -176,7 +176,7 @@ async function switchOff(db: Db, criteria: string, caller: Caller): Promise<Row>
 }
 
 /** The subscriptions a caller may see: all with the admin scope, else those its key created. */
-function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller): Query {
+export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller): Query {
   return caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
 }
 

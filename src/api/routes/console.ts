@@ -5,7 +5,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
 import { notFound } from '../../fhir/outcome.ts';
-import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary, type Visibility } from '../../operations/delivery-overview.ts';
+import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
 import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
 
@@ -63,10 +63,6 @@ export const consolePage: FastifyPluginAsync = async (app) => {
 
 /** The console's data, at /console/api; app.ts puts it behind the API key and the per-key limit. */
 export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api, { db }) => {
-  const visibility = (request: Parameters<typeof callerOf>[0]): Visibility => {
-    const caller = callerOf(request);
-    return caller.admin ? {} : { createdBy: caller.apiKeyId };
-  };
   api.get(
     '/subscriptions',
     {
@@ -77,7 +73,7 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
         response: { 200: z.array(subscriptionSummary), ...commonRefusals },
       },
     },
-    async (request) => (await listSubscriptions(db, visibility(request))).map(summaryJson),
+    async (request) => (await listSubscriptions(db, { caller: callerOf(request) })).map(summaryJson),
   );
   api.get(
     '/subscriptions/:id',
@@ -92,7 +88,7 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
     },
     async (request) => {
       const { id } = request.params;
-      const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id, visibility(request)) : undefined;
+      const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id, callerOf(request)) : undefined;
       if (subscription === undefined) throw notFound(`Subscription/${id} is not known`);
       const attempts = (await recentAttempts(db, id, 50)).map((call) => ({ ...call, startedAt: call.startedAt.toISOString() }));
       const work = (await queuedWork(db, id)).map((item) => ({ ...item, waitingSince: item.waitingSince?.toISOString() ?? null, nextRunAt: item.nextRunAt?.toISOString() ?? null }));
