@@ -359,7 +359,7 @@ async function matching(client: pg.PoolClient, summary: [string, string][]): Pro
       await client.query('BEGIN');
       const time = await timed(client, insert);
       events = Number(
-        (await client.query<{ events: string }>(`SELECT coalesce(sum(json_array_length((payload -> 'events')::json)), 0) AS events FROM graphile_worker._private_jobs`))
+        (await client.query<{ events: string }>('SELECT count(*) AS events FROM webhook.subscription_events'))
           .rows[0]!.events,
       );
       await client.query('ROLLBACK');

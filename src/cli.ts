@@ -141,8 +141,8 @@ function commandLine(): Command {
         const calls = await recentAttempts(db, subscription.id);
         console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'KIND', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR'], calls.map(attemptCells))}`);
         const queued = await queuedWork(db, subscription.id);
-        const queuedRows = queued.map((work) => [work.task, String(work.jobs), String(work.events), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
-        console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['TASK', 'JOBS', 'EVENTS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
+        const queuedRows = queued.map((work) => [work.task, String(work.items), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
+        console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['WORK', 'ITEMS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
       }),
     );
 

@@ -62,6 +62,7 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
       'Why did a subscription go to error?',
       'Which subscriptions are failing?',
       'What is waiting to be delivered?',
+      'Where is a subscription in its event stream?',
       'What was delivered for a resource?',
       'How big are the tables?',
       'What is safe to delete?',
@@ -83,7 +84,13 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
 
   it('what is waiting: the event written while no worker ran, for its subscription', () => {
     const output = runQuery('What is waiting to be delivered?');
-    expect(output).toMatch(new RegExp(`^${scene.healthy}\\|Patient\\?family=Waiting\\|active\\|notification_delivery\\|1\\|1\\|1\\|0\\|0\\|`, 'm'));
+    expect(output).toMatch(new RegExp(`^${scene.healthy}\\|Patient\\?family=Waiting\\|active\\|notification\\|1\\|1\\|0\\|0\\|`, 'm'));
+  });
+
+  it("where a subscription is in its stream: the number of the event it failed on, not held by a worker", () => {
+    const output = runQuery('Where is a subscription in its event stream?');
+    expect(output).toMatch(/^1\|\|\|\|\n/m);
+    expect(output).toMatch(/^1\|failed\|Patient\|[\w-]+\|1\|1\|/m);
   });
 
   it('what was delivered for a resource: its version, to the subscription it matched', () => {
@@ -94,7 +101,7 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
 
   it('how big the tables are', () => {
     const output = runQuery('How big are the tables?');
-    for (const table of ['fhir.resources', 'fhir.resource_history', 'webhook.subscriptions', 'webhook.delivery_attempts', 'graphile_worker._private_jobs']) {
+    for (const table of ['fhir.resources', 'fhir.resource_history', 'webhook.subscriptions', 'webhook.delivery_attempts', 'webhook.subscription_events']) {
       expect(output).toContain(`${table}|`);
     }
   });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import pino from 'pino';
@@ -308,19 +309,14 @@ describe('graceful shutdown', () => {
     // graphile-worker's abort timeout (5 s) and some slack; without the abort the call would run to its 15 s timeout.
     expect(stoppedAfterMs).toBeLessThan(12_000);
     expect((await attemptsOf(t, id)).filter((row) => row.kind === 'notification')).toEqual([]);
-    // The event cut short is not recorded: it is enqueued again, for this worker after its restart or another.
+    // The event cut short is not recorded: it stays pending, numbered, for this worker after its restart or another.
     const { rows } = await t.database.pool.query(
-      `SELECT jobs.task_identifier, jobs.locked_by, jobs.queue_name, private.payload
-       FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)`,
+      `SELECT event.resource_type, event.version_id, event.event_number, event.attempts, event.not_before, event.status, stream.claimed_by
+       FROM webhook.subscription_events event JOIN webhook.subscription_streams stream USING (subscription_id)
+       WHERE event.subscription_id = $1`,
+      [id],
     );
-    expect(rows).toEqual([
-      {
-        task_identifier: 'notification_delivery',
-        locked_by: null,
-        queue_name: `subscription:${id}`,
-        payload: { subscriptionId: id, events: [expect.objectContaining({ resourceType: 'Encounter', versionId: 1 })] },
-      },
-    ]);
+    expect(rows).toEqual([{ resource_type: 'Encounter', version_id: 1, event_number: '1', attempts: 0, not_before: null, status: 'pending', claimed_by: null }]);
     expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
     for (const response of held) response.destroy();
   });
@@ -403,7 +399,7 @@ describe('deactivation alert by e-mail', () => {
 describe('delivery log', () => {
   const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_LOG_RETENTION_DAYS: '30' }));
 
-  it('the cleanup job deletes the attempts older than the retention and keeps the others, and the empty job queues', async () => {
+  it('the cleanup job deletes the attempts and settled events older than the retention and keeps the others', async () => {
     const { t } = stack.current();
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Patient?active=true', endpoint.url);
@@ -416,8 +412,16 @@ describe('delivery log', () => {
       );
     await insert(40, 'old');
     await insert(29, 'recent');
-    // A queue whose jobs are all done (as a subscription's is once its notifications are delivered).
-    await t.database.pool.query(`INSERT INTO graphile_worker._private_job_queues (queue_name) VALUES ('subscription:done')`);
+    // Settled events go with the attempts; a pending one stays, however old (this one's subscription is gone, so no sender takes it).
+    const event = (subscriptionId: string, writtenDaysAgo: number, settledDaysAgo: number | null, resourceId: string) =>
+      t.database.pool.query(
+        `INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, written_at, status, settled_at)
+         VALUES ($1, 'Patient', $2, 1, false, now() - make_interval(days => $3), CASE WHEN $4::int IS NULL THEN 'pending' ELSE 'delivered' END, now() - make_interval(days => $4::int))`,
+        [subscriptionId, resourceId, writtenDaysAgo, settledDaysAgo],
+      );
+    await event(id, 41, 40, 'old');
+    await event(id, 29, 29, 'recent');
+    await event(randomUUID(), 50, null, 'waiting');
 
     const { rows: jobs } = await t.database.pool.query<{ id: string }>(`SELECT id FROM graphile_worker.add_job('delivery_log_cleanup')`);
     // A job that succeeded is deleted; one that failed stays, with its error.
@@ -430,7 +434,8 @@ describe('delivery log', () => {
       ['handshake', null],
       ['notification', 'recent'],
     ]);
-    expect((await t.database.pool.query(`SELECT 1 FROM graphile_worker._private_job_queues WHERE queue_name = 'subscription:done'`)).rowCount).toBe(0);
+    const { rows: events } = await t.database.pool.query(`SELECT resource_id FROM webhook.subscription_events ORDER BY resource_id`);
+    expect(events.map((row) => row.resource_id)).toEqual(['recent', 'waiting']);
   });
 
   it('the webhook.delivery_log view shows each attempt with its subscription criteria and endpoint', async () => {

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
-import { maxBatchSize } from '../src/db/jobs.ts';
+import { maxEventsPerClaim } from '../src/dispatch/events/log.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';
@@ -22,15 +22,17 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-/** Until graphile-worker holds no job at all (a failed job would stay, with its error). */
-async function untilQueueEmpty(t: TestApp, timeoutMs: number): Promise<void> {
+/** Until no event is pending and graphile-worker holds no job at all (a failed job would stay, with its error). */
+async function untilNothingPending(t: TestApp, timeoutMs: number): Promise<void> {
   await waitFor(
     async () => {
-      const { rows } = await t.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM graphile_worker.jobs');
-      return rows[0]!.count === 0 ? true : undefined;
+      const { rows } = await t.database.pool.query<{ count: number }>(
+        `SELECT (SELECT count(*) FROM graphile_worker.jobs) + (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int AS count`,
+      );
+      return Number(rows[0]!.count) === 0 ? true : undefined;
     },
     timeoutMs,
-    'an empty job queue',
+    'no pending event and an empty job queue',
   );
 }
 
@@ -73,7 +75,7 @@ describe('a 20,000-row SQL insert', () => {
       `${count} rows: insert ${Math.round(inserted - started)} ms, all delivered ${Math.round(delivered - started)} ms after it began ` +
         `(${Math.round(count / ((delivered - started) / 1000))} deliveries/s, concurrency ${concurrency})`,
     );
-    await untilQueueEmpty(t, 30_000);
+    await untilNothingPending(t, 30_000);
 
     const notifications = endpoint.calls.slice(1);
     expect(notifications).toHaveLength(count);
@@ -232,12 +234,12 @@ describe('two worker processes on one database', () => {
         throw new Error(`${String(error)}\nfirst worker:\n${first.output()}\nsecond worker:\n${second.output()}`);
       });
     }
-    // Which worker pools hold jobs, sampled while they run.
+    // Which senders claim subscriptions, sampled while they run.
     const lockers = new Set<string>();
     const sampler = setInterval(() => {
       void t.database.pool
-        .query<{ locked_by: string }>('SELECT DISTINCT locked_by FROM graphile_worker._private_jobs WHERE locked_by IS NOT NULL')
-        .then(({ rows }) => rows.forEach((row) => lockers.add(row.locked_by)), () => undefined);
+        .query<{ claimed_by: string }>('SELECT DISTINCT claimed_by FROM webhook.subscription_streams WHERE claimed_by IS NOT NULL')
+        .then(({ rows }) => rows.forEach((row) => lockers.add(row.claimed_by)), () => undefined);
     }, 20);
     cleanups.push(async () => clearInterval(sampler));
 
@@ -255,8 +257,8 @@ describe('two worker processes on one database', () => {
     // Stop one process midway: it finishes the jobs it holds and leaves the rest to the other.
     await waitFor(() => (deliveredCount() >= total / 4 ? true : undefined), 60_000, `${total / 4} deliveries`);
     first.process.kill('SIGTERM');
-    expect(await first.exited).toEqual({ code: 0, signal: null });
     const deliveredWhenFirstStopped = deliveredCount();
+    expect(await first.exited).toEqual({ code: 0, signal: null });
 
     await waitFor(() => (deliveredCount() >= total ? true : undefined), 60_000, `${total} deliveries`);
     clearInterval(sampler);
@@ -264,7 +266,7 @@ describe('two worker processes on one database', () => {
       `${total} deliveries by two processes in ${Math.round(performance.now() - started)} ms; at most ${Math.max(...maxInFlight)} in flight to one subscriber; ` +
         `${deliveredWhenFirstStopped} delivered when the first one stopped`,
     );
-    await untilQueueEmpty(t, 30_000);
+    await untilNothingPending(t, 30_000);
     second.process.kill('SIGTERM');
     expect(await second.exited).toEqual({ code: 0, signal: null });
 
@@ -282,7 +284,7 @@ describe('two worker processes on one database', () => {
     expect(second.output()).toBe('');
   });
 
-  it('a worker process killed mid-delivery: the next worker frees its jobs and delivers every event within 60 s of the kill', { timeout: 150_000 }, async () => {
+  it('a worker process killed mid-delivery: the next worker frees its claim and delivers every event within 60 s of the kill', { timeout: 150_000 }, async () => {
     const t = await startTestApp();
     cleanups.push(() => t.close());
     // Slow answers keep every slot of the doomed process busy when it is killed.
@@ -303,8 +305,8 @@ describe('two worker processes on one database', () => {
     const doomed = spawnWorker(t.database.url);
     const { id } = await subscribe(t, 'Observation?status=preliminary', `http://127.0.0.1:${port}/hook`);
     await untilStatus(t, id, 'active', 30_000);
-    const [{ pool_id: doomedPool }] = await waitFor(async () => {
-      const { rows } = await t.database.pool.query<{ pool_id: string }>('SELECT pool_id FROM webhook.worker_pools');
+    const [{ pool_id: doomedSender }] = await waitFor(async () => {
+      const { rows } = await t.database.pool.query<{ pool_id: string }>(`SELECT pool_id FROM webhook.worker_pools WHERE kind = 'event-sender'`);
       return rows.length === 1 ? (rows as [{ pool_id: string }]) : undefined;
     });
 
@@ -315,32 +317,35 @@ describe('two worker processes on one database', () => {
        FROM generate_series(1, $1::int) AS n`,
       [count],
     );
-    // Kill it while it holds jobs.
+    // Kill it while it holds the subscription's claim.
     await waitFor(async () => {
-      const { rows } = await t.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM graphile_worker._private_jobs WHERE locked_by = $1', [doomedPool]);
+      const { rows } = await t.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM webhook.subscription_streams WHERE claimed_by = $1', [doomedSender]);
       return rows[0]!.count > 0 && delivered.length > 20 ? true : undefined;
-    }, 30_000, 'the doomed process to hold jobs');
+    }, 30_000, 'the doomed process to hold a claim');
     doomed.process.kill('SIGKILL');
     const killedAt = performance.now();
     expect(await doomed.exited).toEqual({ code: null, signal: 'SIGKILL' });
     const survivor = spawnWorker(t.database.url);
 
-    // Done when no job is left: the dead process's jobs too, freed and run again.
-    await untilQueueEmpty(t, 60_000);
+    // Done when no event is pending: the dead process's claim too, freed and sent again.
+    await untilNothingPending(t, 60_000);
     console.log(`every job done ${Math.round(performance.now() - killedAt)} ms after the kill -9 of a worker process`);
     const expected = bulkIds('crash', count);
     expect(expected.filter((resourceId) => !delivered.includes(resourceId))).toEqual([]);
 
-    // At least once: what the dead process held is run again: the subscription's batch in flight (its queue
-    // runs one at a time). Nothing else is repeated.
+    // At least once: what the dead process held is sent again: the subscription's claim in flight (a
+    // subscription is claimed by one sender at a time). Nothing else is repeated.
     const repeated = Object.keys(notExactlyOnce(delivered, expected));
-    expect(repeated.length).toBeLessThanOrEqual(maxBatchSize);
-    // The dead pool is gone; the live one was left alone.
-    const { rows: left } = await t.database.pool.query<{ process_id: number }>('SELECT process_id FROM webhook.worker_pools');
-    expect(left.map((row) => row.process_id)).toEqual([survivor.process.pid]);
+    expect(repeated.length).toBeLessThanOrEqual(maxEventsPerClaim);
+    // The dead process's registrations are gone; the live one's were left alone.
+    const { rows: left } = await t.database.pool.query<{ process_id: number; kind: string }>('SELECT process_id, kind FROM webhook.worker_pools ORDER BY kind');
+    expect(left).toEqual([
+      { process_id: survivor.process.pid, kind: 'event-sender' },
+      { process_id: survivor.process.pid, kind: 'graphile-worker' },
+    ]);
     survivor.process.kill('SIGTERM');
     expect(await survivor.exited).toEqual({ code: 0, signal: null });
     expect((await t.database.pool.query('SELECT pool_id FROM webhook.worker_pools')).rows).toEqual([]);
-    expect(survivor.output()).toContain('freed the jobs of a worker pool whose process is gone');
+    expect(survivor.output()).toContain('freed the work of a worker process that is gone');
   });
 });

@@ -214,7 +214,7 @@ describe('failures, deactivation and reactivation', () => {
 
     // The trigger enqueues no reactivation for the superseded one.
     const onleave = `INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Encounter", "status": "onleave", "class": {"code": "AMB"}}')`;
-    expect(await jobsEnqueuedBy(onleave, [oldId, newId])).toEqual([{ task_identifier: 'notification_delivery', subscription: newId }]);
+    expect(await workMadeBy(onleave, [oldId, newId])).toEqual([{ work: 'notification event', subscription: newId }]);
 
     // Through the API: the successor is notified, the old endpoint never hears again.
     const written = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'onleave', class: { code: 'AMB' } })).json();
@@ -226,7 +226,7 @@ describe('failures, deactivation and reactivation', () => {
 
     // Superseded for good: even when its successor goes to error, only the successor is reactivated.
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'error' WHERE id = $1`, [newId]);
-    expect(await jobsEnqueuedBy(onleave, [oldId, newId])).toEqual([{ task_identifier: 'subscription_reactivation', subscription: newId }]);
+    expect(await workMadeBy(onleave, [oldId, newId])).toEqual([{ work: 'subscription_reactivation', subscription: newId }]);
 
     const off = await t.fhir('POST', '/Subscription', { resourceType: 'Subscription', status: 'off', criteria });
     expect(off.statusCode).toBe(200);
@@ -286,16 +286,20 @@ describe('failures, deactivation and reactivation', () => {
   });
 });
 
-/** The jobs for these subscriptions that a write enqueues, seen inside its transaction, which is then rolled back. */
-async function jobsEnqueuedBy(write: string, subscriptionIds: string[]): Promise<{ task_identifier: string; subscription: string }[]> {
+/**
+ * The work for these subscriptions that a write makes (its events in the log,
+ * graphile-worker jobs by their keys), seen inside its transaction (whose
+ * start time, now(), its events were written at), which is then rolled back.
+ */
+async function workMadeBy(write: string, subscriptionIds: string[]): Promise<{ work: string; subscription: string }[]> {
   const client = await t.database.pool.connect();
   try {
     await client.query('BEGIN');
     await client.query(write);
-    const { rows } = await client.query<{ task_identifier: string; subscription: string }>(
-      `SELECT jobs.task_identifier, private.payload->>'subscriptionId' AS subscription
-       FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)
-       WHERE private.payload->>'subscriptionId' = ANY($1)`,
+    const { rows } = await client.query<{ work: string; subscription: string }>(
+      `SELECT 'notification event' AS work, subscription_id::text AS subscription FROM webhook.subscription_events WHERE subscription_id::text = ANY($1) AND written_at = now()
+       UNION ALL
+       SELECT task_identifier, substring(key FROM ':(.*)$') FROM graphile_worker.jobs WHERE substring(key FROM ':(.*)$') = ANY($1) AND created_at = now()`,
       [subscriptionIds],
     );
     return rows;

@@ -1,19 +1,23 @@
+import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { enqueueNotifications, jobPayloads, maxBatchSize, takeWaitingNotifications, taskFor, type JobName } from '../src/db/jobs.ts';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
+import { claimEvents, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
+import { jobPayloads, taskFor, type JobName } from '../src/dispatch/tasks/jobs.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 
 let database: TestDatabase;
 beforeAll(async () => {
   database = await createTestDatabase();
+  await database.pool.query(`INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ('sender-a', 'test', 1, 'event-sender'), ('sender-b', 'test', 2, 'event-sender')`);
 });
 afterAll(() => database.drop());
 beforeEach(async () => {
   await database.pool.query('DELETE FROM webhook.subscriptions');
+  await database.pool.query('DELETE FROM webhook.subscription_events');
   await database.pool.query('DELETE FROM fhir.resources');
   await database.pool.query('DELETE FROM fhir.resource_history');
-  await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+  await database.pool.query(`SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs))`);
 });
 
 /** A stored subscription, as the API would store it (secrets are irrelevant to the triggers). */
@@ -30,111 +34,93 @@ async function subscribe(criteria: string, status: SubscriptionStatus): Promise<
 }
 
 type Event = { resourceType: string; resourceId: string; versionId: number; deleted: boolean };
-type Job = { task: string; key: string | null; queue: string | null; payload: { subscriptionId: string; events?: Event[] } & Partial<Event> };
 
-async function jobs(): Promise<Job[]> {
-  const { rows } = await database.pool.query<Job>(
-    `SELECT jobs.task_identifier AS task, jobs.key, jobs.queue_name AS queue, private.payload
-     FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id)
-     ORDER BY jobs.id`,
+/** The events the triggers recorded, in log order (of one subscription if given). */
+async function recordedEvents(subscriptionId?: string): Promise<Event[]> {
+  const { rows } = await database.pool.query<Event & { subscriptionId: string }>(
+    `SELECT subscription_id AS "subscriptionId", resource_type AS "resourceType", resource_id AS "resourceId", version_id AS "versionId", deleted
+     FROM webhook.subscription_events ORDER BY id`,
+  );
+  return rows.filter((row) => subscriptionId === undefined || row.subscriptionId === subscriptionId).map(({ subscriptionId: _, ...event }) => event);
+}
+
+/** graphile-worker's jobs, through its public view; the payload from its table (graphile-worker shows it to tasks only). */
+async function jobs(): Promise<{ task: string; key: string | null; payload: unknown }[]> {
+  const { rows } = await database.pool.query(
+    `SELECT jobs.task_identifier AS task, jobs.key, private.payload
+     FROM graphile_worker.jobs JOIN graphile_worker._private_jobs private USING (id) ORDER BY jobs.id`,
   );
   return rows;
 }
 
-/** The notification_delivery jobs' events, in order. */
-async function notifiedEvents(subscriptionId?: string): Promise<Event[]> {
-  return (await jobs())
-    .filter((job) => job.task === 'notification_delivery' && (subscriptionId === undefined || job.payload.subscriptionId === subscriptionId))
-    .flatMap((job) => job.payload.events!);
-}
-
 const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') => JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
 
-describe('notification triggers on fhir.resources', () => {
-  it('enqueue jobs whose task names and payloads fit the job contract (src/db/jobs.ts)', async () => {
-    await subscribe('Appointment?status=booked', 'active');
-    await subscribe('Appointment?status=noshow', 'error');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [appointment('c1', 'booked'), appointment('c2', 'noshow')]);
-    await database.pool.query(`DELETE FROM fhir.resources WHERE id = 'c1'`);
-    const enqueued = await jobs();
-    expect(enqueued.map((job) => job.task).sort()).toEqual(['notification_delivery', 'notification_delivery', 'subscription_reactivation']);
-    for (const job of enqueued) {
-      expect(job.task in jobPayloads, job.task).toBe(true);
-      const checked = jobPayloads[job.task as JobName].safeParse(job.payload);
-      expect(checked.success, `${job.task} ${JSON.stringify(job.payload)}: ${checked.error?.message}`).toBe(true);
-    }
-    // And a payload that does not fit is refused by the task, saying why.
-    await expect(taskFor('notification_delivery', async () => undefined)({ subscriptionId: 'x' }, {} as never)).rejects.toThrow(
-      /notification_delivery: the payload does not fit the job contract/,
-    );
-  });
-
-  it('enqueue one batch of the matching rows of a statement for each active subscription, in its queue', async () => {
+describe('the notification trigger on fhir.resources', () => {
+  it('records an event per active subscription and matching row, and a reactivation job whose payload fits the job contract', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     const all = await subscribe('Appointment', 'active');
     await subscribe('Appointment?status=booked&_include=Appointment:patient', 'requested');
     await subscribe('Appointment?status=proposed', 'off');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
+    const failing = await subscribe('Appointment?status=noshow', 'error');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3), ($4)`, [
       appointment('a1', 'booked'),
       appointment('a2', 'proposed'),
       appointment('a3', 'booked'),
+      appointment('a4', 'noshow'),
     ]);
+    expect(await recordedEvents(booked)).toEqual(['a1', 'a3'].map((resourceId) => ({ resourceType: 'Appointment', resourceId, versionId: 1, deleted: false })));
+    expect((await recordedEvents(all)).map((event) => event.resourceId)).toEqual(['a1', 'a2', 'a3', 'a4']);
+    const { rows } = await database.pool.query(`SELECT DISTINCT status, event_number, attempts, not_before FROM webhook.subscription_events`);
+    expect(rows).toEqual([{ status: 'pending', event_number: null, attempts: 0, not_before: null }]);
+
     const enqueued = await jobs();
-    expect(enqueued).toHaveLength(2);
-    expect(enqueued.find((job) => job.payload.subscriptionId === booked)).toEqual({
-      task: 'notification_delivery',
-      key: null,
-      queue: `subscription:${booked}`,
-      payload: {
-        subscriptionId: booked,
-        events: [
-          { resourceType: 'Appointment', resourceId: 'a1', versionId: 1, deleted: false },
-          { resourceType: 'Appointment', resourceId: 'a3', versionId: 1, deleted: false },
-        ],
-      },
-    });
-    expect((await notifiedEvents(all)).map((event) => event.resourceId)).toEqual(['a1', 'a2', 'a3']);
+    expect(enqueued.map(({ task, key }) => ({ task, key }))).toEqual([{ task: 'subscription_reactivation', key: `reactivate:${failing}` }]);
+    for (const job of enqueued) {
+      const checked = jobPayloads[job.task as JobName].safeParse(job.payload);
+      expect(checked.success, `${job.task} ${JSON.stringify(job.payload)}: ${checked.error?.message}`).toBe(true);
+    }
+    // And a payload that does not fit is refused by the task, saying why.
+    await expect(taskFor('subscription_reactivation', async () => undefined)({ subscriptionId: 'x' }, {} as never)).rejects.toThrow(
+      /subscription_reactivation: the payload does not fit the job contract/,
+    );
   });
 
-  it('evaluate the criteria against the current value on update', async () => {
+  it('evaluates the criteria against the current value on update', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a1', 'proposed')]);
     await database.pool.query(`UPDATE fhir.resources SET content = content || '{"status":"booked"}' WHERE id = 'a1'`);
-    expect(await notifiedEvents(booked)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: false }]);
+    expect(await recordedEvents(booked)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: false }]);
   });
 
-  it('evaluate only active, status and :missing on deletions, with the deletion version', async () => {
+  it('evaluates only active, status and :missing on deletions, with the deletion version', async () => {
     const old = await subscribe('Appointment?date=lt1900-01-01&status=booked', 'active');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [appointment('a1', 'booked'), appointment('a2', 'cancelled')]);
-    expect(await jobs()).toEqual([]);
+    expect(await recordedEvents()).toEqual([]);
     await database.pool.query(`DELETE FROM fhir.resources WHERE resource_type = 'Appointment'`);
-    expect(await notifiedEvents(old)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: true }]);
+    expect(await recordedEvents(old)).toEqual([{ resourceType: 'Appointment', resourceId: 'a1', versionId: 2, deleted: true }]);
   });
 
-  it('enqueue one reactivation per subscription in error, whatever the number of events', async () => {
+  it('enqueues one reactivation per subscription in error, whatever the number of events', async () => {
     const failing = await subscribe('Appointment?status=booked', 'error');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
-      appointment('a1', 'booked'),
-      appointment('a2', 'booked'),
-      appointment('a3', 'cancelled'),
-    ]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [appointment('a1', 'booked'), appointment('a2', 'booked'), appointment('a3', 'cancelled')]);
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a4', 'booked')]);
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a5', 'cancelled')]);
     const enqueued = await jobs();
     expect(enqueued).toHaveLength(1);
     expect(enqueued[0]).toMatchObject({ task: 'subscription_reactivation', key: `reactivate:${failing}`, payload: { subscriptionId: failing, resourceId: 'a4' } });
+    expect(await recordedEvents()).toEqual([]);
   });
 
-  it('notify Bundle subscriptions of documents only', async () => {
+  it('notifies Bundle subscriptions of documents only', async () => {
     await subscribe('Bundle', 'active');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
       JSON.stringify({ resourceType: 'Bundle', id: 'doc', type: 'document', entry: [] }),
       JSON.stringify({ resourceType: 'Bundle', id: 'coll', type: 'collection', entry: [] }),
     ]);
-    expect((await notifiedEvents()).map((event) => event.resourceId)).toEqual(['doc']);
+    expect((await recordedEvents()).map((event) => event.resourceId)).toEqual(['doc']);
   });
 
-  it('enqueue nothing for a rolled-back write', async () => {
+  it('records nothing for a rolled-back write', async () => {
     await subscribe('Appointment', 'active');
     const client = await database.pool.connect();
     try {
@@ -144,57 +130,148 @@ describe('notification triggers on fhir.resources', () => {
     } finally {
       client.release();
     }
-    expect(await jobs()).toEqual([]);
+    expect(await recordedEvents()).toEqual([]);
   });
 
-  it('never fail a write because a predicate cannot be evaluated on odd content', async () => {
+  it('never fails a write because a predicate cannot be evaluated on odd content', async () => {
     await subscribe('Appointment?date=ge2026-01-01', 'active');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
       JSON.stringify({ resourceType: 'Appointment', id: 'odd', status: 'booked', start: '2026-13-45T99:99:99Z' }),
       appointment('fine', 'booked'),
     ]);
-    expect((await notifiedEvents()).map((event) => event.resourceId)).toEqual(['fine']);
+    expect((await recordedEvents()).map((event) => event.resourceId)).toEqual(['fine']);
   });
 
-  it('enqueue 20,000 deliveries for a 20,000-row statement in batches of 100, in one add_jobs call', async () => {
+  it(`notifies ${eventsChannel} once per statement that recorded events, at its commit, and never for one that matched nothing`, async () => {
     await subscribe('Appointment?status=booked', 'active');
-    await database.pool.query(
-      `INSERT INTO fhir.resources (content)
-       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
-       FROM generate_series(1, 20000) n`,
-    );
-    const { rows } = await database.pool.query(`SELECT count(DISTINCT private.id)::int AS jobs, count(*)::int AS events, count(DISTINCT event ->> 'resourceId')::int AS distinct_resources
-      FROM graphile_worker._private_jobs private CROSS JOIN json_array_elements(private.payload -> 'events') event`);
-    expect(rows[0]).toEqual({ jobs: 200, events: 20000, distinct_resources: 20000 });
+    const listener = new pg.Client({ connectionString: database.url });
+    await listener.connect();
+    const notifications: string[] = [];
+    listener.on('notification', (message) => notifications.push(message.channel));
+    await listener.query(`LISTEN ${eventsChannel}`);
+    try {
+      const settle = () => new Promise((resolve) => setTimeout(resolve, 200));
+      await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('none', 'cancelled')]);
+      await settle();
+      expect(notifications).toEqual([]);
+      await database.pool.query(
+        `INSERT INTO fhir.resources (content)
+         SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
+         FROM generate_series(1, 20000) n`,
+      );
+      await settle();
+      expect(notifications).toEqual([eventsChannel]);
+      const { rows } = await database.pool.query(`SELECT count(*)::int AS events, count(DISTINCT resource_id)::int AS resources FROM webhook.subscription_events`);
+      expect(rows[0]).toEqual({ events: 20000, resources: 20000 });
+    } finally {
+      await listener.end();
+    }
+  });
+});
+
+describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
+  const write = (id: string, status = 'booked') => database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment(id, status)]);
+  const release = (senderId: string, subscriptionId: string) => settleClaim(database.db, { senderId, subscriptionId }, [], [], { resetFailureCount: false });
+
+  it('take the due events of several subscriptions at once, each subscription by one sender at a time', async () => {
+    const first = await subscribe('Appointment?status=booked', 'active');
+    const second = await subscribe('Appointment', 'active');
+    await write('a1');
+    await write('a2');
+    const claims = await claimEvents(database.db, 'sender-a', 10);
+    expect(claims.map((claim) => claim.subscriptionId).sort()).toEqual([first, second].sort());
+    for (const claim of claims) expect(claim.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([['a1', 1], ['a2', 2]]);
+    // Claimed: another sender finds nothing, even once more events come.
+    await write('a3');
+    expect(await claimEvents(database.db, 'sender-b', 10)).toEqual([]);
+    // Released without an outcome: the events wait, numbered, for the next claim, which numbers the new one next.
+    await release('sender-a', first);
+    const again = await claimEvents(database.db, 'sender-b', 10);
+    expect(again.map((claim) => claim.subscriptionId)).toEqual([first]);
+    expect(again[0]!.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([['a1', 1], ['a2', 2], ['a3', 3]]);
   });
 
-  it('let a starting job take the jobs waiting behind it in its queue, in order, up to the batch size', async () => {
+  it('take at most maxEventsPerClaim events of a subscription, numbered on from the last, gapless', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
-    for (const id of ['a1', 'a2', 'a3']) await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment(id, 'booked')]);
-    // A retry that is not due yet stays where it is.
-    await enqueueNotifications(database.db, { subscriptionId: booked, events: [{ resourceType: 'Appointment', resourceId: 'later', versionId: 1, deleted: false }] }, 60_000);
-    // As graphile-worker does when a worker takes the job.
-    await database.pool.query(`UPDATE graphile_worker._private_jobs SET locked_at = now(), locked_by = 'test-pool' WHERE id = $1`, [await firstJobId()]);
-    const batch = await takeWaitingNotifications(database.db, await firstJobId());
-    expect(batch).toEqual({ subscriptionId: booked, events: ['a1', 'a2', 'a3'].map((resourceId) => ({ resourceType: 'Appointment', resourceId, versionId: 1, deleted: false })) });
-    const left = await jobs();
-    expect(left.map((job) => job.payload.events!.map((event) => event.resourceId))).toEqual([['a1', 'a2', 'a3'], ['later']]);
-
-    // A full batch takes nothing more.
-    await database.pool.query('DELETE FROM graphile_worker._private_jobs');
     await database.pool.query(
       `INSERT INTO fhir.resources (content)
        SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
        FROM generate_series(1, $1::int) n`,
-      [maxBatchSize],
+      [maxEventsPerClaim + 5],
     );
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('after', 'booked')]);
-    expect((await takeWaitingNotifications(database.db, await firstJobId())).events).toHaveLength(maxBatchSize);
-    expect(await jobs()).toHaveLength(2);
+    const [claim] = await claimEvents(database.db, 'sender-a', 10);
+    expect(claim!.events).toHaveLength(maxEventsPerClaim);
+    expect(claim!.events.map((event) => event.eventNumber)).toEqual(Array.from({ length: maxEventsPerClaim }, (_, n) => n + 1));
+    await settleClaim(
+      database.db,
+      { senderId: 'sender-a', subscriptionId: booked },
+      claim!.events.map((event) => ({ eventId: event.eventId, status: 'delivered', attempts: 1, notBefore: null })),
+      [],
+      { resetFailureCount: false },
+    );
+    const [rest] = await claimEvents(database.db, 'sender-a', 10);
+    expect(rest!.events.map((event) => event.eventNumber)).toEqual([101, 102, 103, 104, 105]);
+    const { rows } = await database.pool.query(`SELECT last_event_number::int FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
+    expect(rows[0]).toEqual({ last_event_number: 105 });
+  });
+
+  it('set aside, unnumbered, a version older than another in the claim or than one already sent', async () => {
+    const booked = await subscribe('Appointment', 'active');
+    await write('a1');
+    await database.pool.query(`UPDATE fhir.resources SET content = content || '{"comment":"v2"}' WHERE id = 'a1'`);
+    await write('a2');
+    const [claim] = await claimEvents(database.db, 'sender-a', 10);
+    expect(claim!.events.map((event) => [event.resourceId, event.versionId, event.eventNumber])).toEqual([['a1', 2, 1], ['a2', 1, 2]]);
+    // a2's version 1 fails and is retried later; meanwhile version 2 is sent.
+    await settleClaim(
+      database.db,
+      { senderId: 'sender-a', subscriptionId: booked },
+      claim!.events.map((event) => ({ eventId: event.eventId, status: event.resourceId === 'a2' ? 'pending' : 'delivered', attempts: 1, notBefore: event.resourceId === 'a2' ? new Date(Date.now() + 60_000) : null })),
+      [],
+      { resetFailureCount: false },
+    );
+    await database.pool.query(`UPDATE fhir.resources SET content = content || '{"comment":"v2"}' WHERE id = 'a2'`);
+    const [next] = await claimEvents(database.db, 'sender-a', 10);
+    expect(next!.events.map((event) => [event.resourceId, event.versionId, event.eventNumber])).toEqual([['a2', 2, 3]]);
+    await database.pool.query(
+      `INSERT INTO webhook.delivery_attempts (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, outcome)
+       VALUES ($1, 'notification', 'Appointment', 'a2', 2, 3, 1, now(), 1, 'delivered')`,
+      [booked],
+    );
+    await release('sender-a', booked);
+    // The retry of version 1 comes due after version 2 was sent: it is set aside, not sent.
+    await database.pool.query(`UPDATE webhook.subscription_events SET not_before = NULL WHERE resource_id = 'a2' AND version_id = 1`);
+    const [late] = await claimEvents(database.db, 'sender-a', 10);
+    expect(late!.events.map((event) => [event.resourceId, event.versionId])).toEqual([['a2', 2]]);
+    const { rows } = await database.pool.query(`SELECT resource_id, version_id, status, event_number FROM webhook.subscription_events WHERE status = 'superseded' ORDER BY id`);
+    expect(rows).toEqual([
+      { resource_id: 'a1', version_id: 1, status: 'superseded', event_number: null },
+      { resource_id: 'a2', version_id: 1, status: 'superseded', event_number: '2' },
+    ]);
+  });
+
+  it('leave a retry until it is due, and abandon the pending events of a subscription that leaves active', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    await write('a1');
+    const [claim] = await claimEvents(database.db, 'sender-a', 10);
+    await settleClaim(database.db, { senderId: 'sender-a', subscriptionId: booked }, [{ eventId: claim!.events[0]!.eventId, status: 'pending', attempts: 1, notBefore: new Date(Date.now() + 60_000) }], [], {
+      resetFailureCount: false,
+    });
+    expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
+    await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [booked]);
+    const { rows } = await database.pool.query(`SELECT status, attempts FROM webhook.subscription_events`);
+    expect(rows).toEqual([{ status: 'abandoned', attempts: 1 }]);
+  });
+
+  it('are freed when their sender is found dead', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    await database.pool.query(`INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind, last_seen) VALUES ('sender-dead', 'gone', 3, 'event-sender', now() - interval '1 minute')`);
+    await write('a1');
+    expect(await claimEvents(database.db, 'sender-dead', 10)).toHaveLength(1);
+    expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
+    const { rows } = await database.pool.query(`SELECT pool_id, kind FROM webhook.release_work_of_dead_worker_pools()`);
+    expect(rows).toEqual([{ pool_id: 'sender-dead', kind: 'event-sender' }]);
+    const [claim] = await claimEvents(database.db, 'sender-a', 10);
+    expect(claim).toMatchObject({ subscriptionId: booked, events: [{ resourceId: 'a1', eventNumber: 1 }] });
   });
 });
-
-async function firstJobId(): Promise<string> {
-  const { rows } = await database.pool.query<{ id: string }>('SELECT min(id)::text AS id FROM graphile_worker._private_jobs');
-  return rows[0]!.id;
-}

@@ -10,7 +10,7 @@ import { subscribe } from './support/subscriptions.ts';
 /**
  * Search semantics checked both ways a user meets them: as a REST search
  * (`GET /{Type}?_id=…&<query>`) and as subscription criteria (a write of the
- * resource enqueues a notification through the real triggers). Each case is a
+ * resource records a notification event through the real triggers). Each case is a
  * stored resource, a query and whether it matches.
  */
 
@@ -39,9 +39,7 @@ async function notifiesSubscription(resource: Resource, query: string): Promise<
   await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
   await t.database.pool.query('UPDATE fhir.resources SET content = content WHERE resource_type = $1 AND id = $2', [resource.resourceType, resource.id]);
   const { rows } = await t.database.pool.query<{ count: number }>(
-    `SELECT count(*)::int AS count
-     FROM graphile_worker._private_jobs job JOIN graphile_worker._private_tasks task ON task.id = job.task_id
-     WHERE task.identifier = 'notification_delivery' AND job.payload ->> 'subscriptionId' = $1`,
+    'SELECT count(*)::int AS count FROM webhook.subscription_events WHERE subscription_id = $1',
     [id],
   );
   await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
@@ -268,13 +266,8 @@ describe('chained parameters and _has', () => {
     } finally {
       client.release();
     }
-    const { rows } = await t.database.pool.query<{ events: { resourceId: string }[] }>(
-      `SELECT job.payload -> 'events' AS events
-       FROM graphile_worker._private_jobs job JOIN graphile_worker._private_tasks task ON task.id = job.task_id
-       WHERE task.identifier = 'notification_delivery' AND job.payload ->> 'subscriptionId' = $1`,
-      [id],
-    );
-    expect(rows.flatMap((row) => row.events.map((event) => event.resourceId))).toEqual(['renamed-visit']);
+    const { rows } = await t.database.pool.query<{ resource_id: string }>('SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1 ORDER BY id', [id]);
+    expect(rows.map((row) => row.resource_id)).toEqual(['renamed-visit']);
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
   });
 

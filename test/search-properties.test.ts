@@ -823,7 +823,7 @@ describe('the notification trigger, with and without match terms, notifies what 
           fc.boolean(),
           async (batch, queries, bulk) => {
             await database.pool.query('TRUNCATE fhir.resources, fhir.resource_history, webhook.subscriptions CASCADE');
-            await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+            await database.pool.query('DELETE FROM webhook.subscription_events');
             const twins: { criteria: string; indexed: string; unindexed: string }[] = [];
             for (const { query: rawQuery } of queries) {
               const criteria = `${resourceType}?${rawQuery}`;
@@ -833,8 +833,7 @@ describe('the notification trigger, with and without match terms, notifies what 
             const filler = bulk ? Array.from({ length: 101 }, (_, index) => ({ resourceType: 'Basic', id: `filler${index}`, code: { text: 'filler' } })) : [];
             await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [[...documents, ...filler].map((item) => JSON.stringify(item))]);
             const { rows } = await database.pool.query<{ subscription_id: string; resource_id: string }>(
-              `SELECT job.payload ->> 'subscriptionId' AS subscription_id, event ->> 'resourceId' AS resource_id
-               FROM graphile_worker._private_jobs job CROSS JOIN LATERAL json_array_elements((job.payload -> 'events')::json) AS event`,
+              'SELECT subscription_id, resource_id FROM webhook.subscription_events',
             );
             const notifiedOf = (id: string) => rows.filter((row) => row.subscription_id === id).map((row) => row.resource_id).sort();
             for (const { criteria, indexed, unindexed } of twins) {
@@ -893,9 +892,7 @@ describe('chained parameters and _has select what the oracle selects, in search 
     );
     await write();
     const { rows: events } = await database.pool.query<{ resource_id: string }>(
-      `SELECT event ->> 'resourceId' AS resource_id
-       FROM graphile_worker._private_jobs job CROSS JOIN LATERAL json_array_elements((job.payload -> 'events')::json) AS event
-       WHERE job.payload ->> 'subscriptionId' = $1`,
+      'SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1',
       [rows[0]!.id],
     );
     return events.map((row) => row.resource_id).sort();
@@ -907,7 +904,7 @@ describe('chained parameters and _has select what the oracle selects, in search 
   };
   const reset = async () => {
     await database.pool.query('TRUNCATE fhir.resources, fhir.resource_history, webhook.subscriptions CASCADE');
-    await database.pool.query('DELETE FROM graphile_worker._private_jobs');
+    await database.pool.query('DELETE FROM webhook.subscription_events');
   };
 
   for (const kind of ['chain', 'has'] as const) {

@@ -10,7 +10,7 @@ beforeAll(async () => {
 afterAll(() => t.close());
 beforeEach(async () => {
   await t.database.pool.query('DELETE FROM webhook.subscriptions');
-  await t.database.pool.query('DELETE FROM graphile_worker._private_jobs');
+  await t.database.pool.query('SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs))');
 });
 
 const tagSystem = `${baseUrl}/fhir/resources/NamingSystem/webhook`;

@@ -42,7 +42,7 @@ BEGIN
     RETURNING pool_id
   ), unregistered AS (
     SELECT DISTINCT job.locked_by AS pool_id
-    FROM graphile_worker._private_jobs job
+    FROM graphile_worker.jobs job
     WHERE job.locked_by IS NOT NULL
       AND job.locked_at < now() - interval '1 minute'
       AND NOT EXISTS (SELECT 1 FROM webhook.worker_pools pool WHERE pool.pool_id = job.locked_by)
@@ -54,6 +54,9 @@ BEGIN
   END IF;
 END
 $$;
+
+-- (Until migration 0018 this read graphile-worker's private jobs table; its
+-- public view has the same columns.)
 
 -- Down Migration
 

@@ -103,70 +103,21 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER job_queue_unlocked_wakes_workers
-  AFTER UPDATE OF locked_by ON graphile_worker._private_job_queues
-  FOR EACH ROW WHEN (OLD.locked_by IS NOT NULL AND NEW.locked_by IS NULL)
-  EXECUTE FUNCTION webhook.wake_workers();
-
--- Moves the events of the ready notification jobs waiting in the queue of a
--- starting one into it, in queue order, up to max_events in all, and returns
--- its payload. The waiting jobs are deleted and the starting job's payload is
--- rewritten in one statement: should the worker die, the job it held runs
--- again with every event it took. Jobs locked, not yet due (retries), or of
--- the single-event form of before this migration are left alone.
-CREATE FUNCTION webhook.take_waiting_notifications(starting_job_id bigint, max_events integer) RETURNS json
-  LANGUAGE plpgsql AS $$
-DECLARE
-  starting graphile_worker._private_jobs;
-  merged json;
-BEGIN
-  SELECT * INTO starting FROM graphile_worker._private_jobs WHERE id = starting_job_id;
-  IF starting.job_queue_id IS NULL OR starting.payload -> 'events' IS NULL THEN
-    RETURN starting.payload;
-  END IF;
-  WITH candidates AS (
-    SELECT id, run_at, payload
-    FROM graphile_worker._private_jobs
-    WHERE job_queue_id = starting.job_queue_id AND task_id = starting.task_id AND id <> starting.id
-      AND is_available AND run_at <= now() AND payload -> 'events' IS NOT NULL
-    ORDER BY run_at, id
-    LIMIT max_events
-    FOR UPDATE SKIP LOCKED
-  ), counted AS (
-    SELECT id, run_at, payload,
-           json_array_length(starting.payload -> 'events')
-             + sum(json_array_length(payload -> 'events')) OVER (ORDER BY run_at, id) AS events_so_far
-    FROM candidates
-  ), taken AS (
-    DELETE FROM graphile_worker._private_jobs job
-    USING counted
-    WHERE job.id = counted.id AND counted.events_so_far <= max_events
-    RETURNING counted.run_at, counted.id, counted.payload
-  )
-  SELECT json_agg(event.value ORDER BY event.run_at, event.id, event.position) INTO merged
-  FROM (
-    SELECT '-infinity'::timestamptz AS run_at, 0::bigint AS id, e.ordinality AS position, e.value
-    FROM json_array_elements(starting.payload -> 'events') WITH ORDINALITY e
-    UNION ALL
-    SELECT taken.run_at, taken.id, e.ordinality, e.value
-    FROM taken CROSS JOIN json_array_elements(taken.payload -> 'events') WITH ORDINALITY e
-  ) event;
-  IF json_array_length(merged) = json_array_length(starting.payload -> 'events') THEN
-    RETURN starting.payload;
-  END IF;
-  merged := json_build_object('subscriptionId', starting.payload -> 'subscriptionId', 'events', merged);
-  UPDATE graphile_worker._private_jobs SET payload = merged WHERE id = starting_job_id;
-  RETURN merged;
-END
-$$;
+-- (Rewritten with migration 0018. As first written, this migration also
+-- created a trigger on graphile-worker's private job-queue table that
+-- called webhook.wake_workers() when a queue was unlocked, and
+-- webhook.take_waiting_notifications(), which moved waiting jobs' events into
+-- a starting job by rewriting graphile-worker's private jobs table. A
+-- migration must not depend on another library's private schema, which its
+-- next release may change: a new database would fail here. Databases migrated
+-- before keep those objects until 0018 drops them; a new database never has
+-- them.)
 
 COMMENT ON FUNCTION webhook.event_payload(uuid, text, text, integer, boolean) IS
   'The payload of subscription_reactivation jobs: resourceEvent in src/db/jobs.ts (test/notification-triggers.test.ts checks the two agree).';
 
 -- Down Migration
 
-DROP FUNCTION webhook.take_waiting_notifications(bigint, integer);
-DROP TRIGGER job_queue_unlocked_wakes_workers ON graphile_worker._private_job_queues;
 DROP FUNCTION webhook.wake_workers();
 
 -- 0005's function, which enqueues one job per event.

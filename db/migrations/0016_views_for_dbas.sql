@@ -8,28 +8,28 @@ COMMENT ON VIEW webhook.delivery_log IS
   'Every call to a subscriber (webhook.delivery_attempts) with what its subscription is: criteria, endpoint (credentials masked), status, failure count. Newest first: ORDER BY started_at DESC.';
 
 -- Pending and retrying work per subscription, on top of graphile-worker's
--- queue. graphile-worker keeps a job's payload in its private table; the
--- service's jobs name their subscription there (src/db/jobs.ts), except the
--- alert e-mails and the daily cleanup, which show without a subscription.
+-- queue (its public jobs view): the jobs whose key names a subscription
+-- (handshake:<id>, reactivate:<id>); the alert e-mails and the daily cleanup
+-- show without a subscription. (As first written, this view read
+-- graphile-worker's private tables for the payloads of notification jobs,
+-- which named their subscription; a new database would fail here once
+-- graphile-worker changes them. Migration 0018 redefines the view on the
+-- subscription event log.)
 CREATE VIEW webhook.pending_work AS
   SELECT s.id AS subscription_id, s.criteria, s.endpoint, s.status,
-         task.identifier AS task,
+         job.task_identifier AS task,
          count(*) AS jobs,
-         -- A notification job carries up to 100 events; the other jobs are one each.
-         sum(coalesce(json_array_length(job.payload -> 'events'), 1)) AS events,
+         count(*) AS events,
          count(*) FILTER (WHERE job.locked_at IS NULL AND job.run_at <= now()) AS waiting,
          count(*) FILTER (WHERE job.locked_at IS NULL AND job.run_at > now()) AS scheduled,
          count(*) FILTER (WHERE job.locked_at IS NOT NULL) AS running,
          min(job.run_at) FILTER (WHERE job.locked_at IS NULL AND job.run_at <= now()) AS waiting_since,
          min(job.run_at) FILTER (WHERE job.locked_at IS NULL AND job.run_at > now()) AS next_run_at,
-         -- graphile-worker's own failures of the job (a crash, the database going away), not failed calls.
          max(job.attempts) AS most_job_failures,
          (array_agg(job.last_error ORDER BY job.updated_at DESC) FILTER (WHERE job.last_error IS NOT NULL))[1] AS last_job_error
-  FROM graphile_worker._private_jobs job
-  JOIN graphile_worker._private_tasks task ON task.id = job.task_id
-  -- Compared as text: a payload's subscriptionId is never cast, so no payload can break the view.
-  LEFT JOIN webhook.subscriptions s ON s.id::text = job.payload ->> 'subscriptionId'
-  GROUP BY s.id, s.criteria, s.endpoint, s.status, task.identifier;
+  FROM graphile_worker.jobs job
+  LEFT JOIN webhook.subscriptions s ON s.id::text = substring(job.key FROM '^(?:handshake|reactivate):(.*)$')
+  GROUP BY s.id, s.criteria, s.endpoint, s.status, job.task_identifier;
 
 COMMENT ON VIEW webhook.pending_work IS
   'graphile-worker jobs per subscription and task: waiting (due, not taken), scheduled (due later: retries, delayed handshakes), running; the events they carry; since when the oldest waits.';

@@ -1,41 +1,101 @@
-import { readdir } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Logger, runMigrations as runGraphileWorkerMigrations } from 'graphile-worker';
 import { runner } from 'node-pg-migrate';
 import type pg from 'pg';
 
 const migrationsDir = path.resolve(import.meta.dirname, '../../db/migrations');
+const functionsDir = path.resolve(import.meta.dirname, '../../db/functions');
 const migrationsTable = 'pgmigrations';
 
 /**
+ * Held while the schema changes, so that of several processes starting at
+ * once one migrates and the others wait, then find nothing to do. (Any
+ * constant unlikely to be another application's: "fhirwebh" in ASCII.)
+ */
+const schemaLock = 0x6668_6972_7765_6268n;
+
+/**
  * Installs or upgrades graphile-worker's schema (our triggers and transactions
- * enqueue jobs with its SQL functions), then applies every pending migration
- * in db/migrations. Safe to run from several processes at once (both lock).
+ * enqueue jobs with its SQL functions), applies every pending migration in
+ * db/migrations, then the functions and triggers of db/functions whose text
+ * changed: all under one advisory lock. Returns what it applied.
  */
 export async function applyMigrations(pool: pg.Pool, log: (message: string) => void = () => undefined): Promise<string[]> {
   await runGraphileWorkerMigrations({ pgPool: pool, logger: new Logger(() => (_level, message) => log(message)) });
   const client = await pool.connect();
   try {
-    const applied = await runner({
-      dbClient: client,
-      dir: migrationsDir,
-      direction: 'up',
-      migrationsTable,
-      count: Infinity,
-      log,
-    });
-    return applied.map((migration) => migration.name);
+    await client.query('SELECT pg_advisory_lock($1)', [schemaLock]);
+    try {
+      const applied = await runner({
+        dbClient: client,
+        dir: migrationsDir,
+        direction: 'up',
+        migrationsTable,
+        count: Infinity,
+        log,
+      });
+      return [...applied.map((migration) => migration.name), ...(await applyFunctions(client, log))];
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [schemaLock]);
+    }
   } finally {
     client.release();
   }
 }
 
-/** Names of the migrations in db/migrations that the database has not applied yet. */
+/** The files of db/functions, in the order they are applied (db/functions/README.md says why by name). */
+export async function functionFiles(): Promise<{ file: string; text: string; sha256: string }[]> {
+  const files = (await readdir(functionsDir)).filter((file) => file.endsWith('.sql')).sort();
+  return Promise.all(
+    files.map(async (file) => {
+      const text = await readFile(path.join(functionsDir, file), 'utf8');
+      return { file, text, sha256: createHash('sha256').update(text).digest('hex') };
+    }),
+  );
+}
+
+/** Applies each file of db/functions whose text differs from the one last applied, each with its record in one transaction. */
+async function applyFunctions(client: pg.PoolClient, log: (message: string) => void): Promise<string[]> {
+  const { rows } = await client.query<{ file: string; sha256: string }>('SELECT file, sha256 FROM webhook.applied_functions');
+  const appliedText = new Map(rows.map((row) => [row.file, row.sha256]));
+  const applied: string[] = [];
+  for (const { file, text, sha256 } of await functionFiles()) {
+    if (appliedText.get(file) === sha256) continue;
+    await client.query('BEGIN');
+    try {
+      await client.query(text);
+      await client.query(
+        `INSERT INTO webhook.applied_functions (file, sha256) VALUES ($1, $2)
+         ON CONFLICT (file) DO UPDATE SET sha256 = excluded.sha256, applied_at = now()`,
+        [file, sha256],
+      );
+      await client.query('COMMIT');
+    } catch (error) {
+      await client.query('ROLLBACK');
+      throw new Error(`db/functions/${file}: ${(error as Error).message}`, { cause: error });
+    }
+    log(`applied db/functions/${file}`);
+    applied.push(`functions/${file}`);
+  }
+  return applied;
+}
+
+/**
+ * What the database has not applied yet: the migrations of db/migrations by
+ * name, then the files of db/functions whose text changed (as functions/<file>).
+ */
 export async function pendingMigrations(pool: pg.Pool): Promise<string[]> {
-  const files = (await readdir(migrationsDir)).filter((file) => file.endsWith('.sql')).map((file) => file.slice(0, -4));
-  const table = await pool.query<{ exists: boolean }>('SELECT to_regclass($1) IS NOT NULL AS exists', [migrationsTable]);
-  if (!table.rows[0]?.exists) return files.sort();
-  const { rows } = await pool.query<{ name: string }>(`SELECT name FROM ${migrationsTable}`);
-  const applied = new Set(rows.map((row) => row.name));
-  return files.filter((name) => !applied.has(name)).sort();
+  const migrations = (await readdir(migrationsDir)).filter((file) => file.endsWith('.sql')).map((file) => file.slice(0, -4));
+  const tables = await pool.query<{ migrations: boolean; functions: boolean }>(
+    `SELECT to_regclass($1) IS NOT NULL AS migrations, to_regclass('webhook.applied_functions') IS NOT NULL AS functions`,
+    [migrationsTable],
+  );
+  const appliedMigrations = new Set<string>();
+  if (tables.rows[0]?.migrations) for (const { name } of (await pool.query<{ name: string }>(`SELECT name FROM ${migrationsTable}`)).rows) appliedMigrations.add(name);
+  const appliedFunctions = new Map<string, string>();
+  if (tables.rows[0]?.functions) for (const { file, sha256 } of (await pool.query<{ file: string; sha256: string }>('SELECT file, sha256 FROM webhook.applied_functions')).rows) appliedFunctions.set(file, sha256);
+  const changedFunctions = (await functionFiles()).filter(({ file, sha256 }) => appliedFunctions.get(file) !== sha256);
+  return [...migrations.filter((name) => !appliedMigrations.has(name)).sort(), ...changedFunctions.map(({ file }) => `functions/${file}`)];
 }

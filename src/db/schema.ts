@@ -77,6 +77,8 @@ export interface DeliveryAttemptsTable {
   resource_type: string | null;
   resource_id: string | null;
   version_id: number | null;
+  /** The subscription's number of the event a notification sent (migration 0018). */
+  event_number: number | null;
   attempt: number;
   started_at: Date;
   duration_ms: number;
@@ -96,6 +98,31 @@ export interface DeactivationAlertsTable {
   handled_at: Date | null;
 }
 
+/** What became of an event (migration 0018). */
+export type SubscriptionEventStatus = 'pending' | 'delivered' | 'failed' | 'superseded' | 'abandoned' | 'gone';
+
+export interface SubscriptionEventsTable {
+  id: Generated<string>;
+  subscription_id: string;
+  resource_type: string;
+  resource_id: string;
+  version_id: number;
+  deleted: boolean;
+  written_at: Generated<Date>;
+  event_number: ColumnType<string | null, never, number | null>;
+  attempts: Generated<number>;
+  not_before: Date | null;
+  status: Generated<SubscriptionEventStatus>;
+  settled_at: Date | null;
+}
+
+export interface SubscriptionStreamsTable {
+  subscription_id: string;
+  last_event_number: ColumnType<string, never, never>;
+  claimed_by: string | null;
+  claimed_at: Date | null;
+}
+
 /** The tables the service reads and writes, for Kysely. */
 export interface Database {
   'fhir.resources': ResourcesTable;
@@ -103,5 +130,7 @@ export interface Database {
   'webhook.api_keys': ApiKeysTable;
   'webhook.subscriptions': SubscriptionsTable;
   'webhook.delivery_attempts': DeliveryAttemptsTable;
+  'webhook.subscription_events': SubscriptionEventsTable;
+  'webhook.subscription_streams': SubscriptionStreamsTable;
   'webhook.deactivation_alerts': DeactivationAlertsTable;
 }

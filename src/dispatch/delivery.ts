@@ -4,13 +4,13 @@ import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
-import type { BatchEvent } from '../db/jobs.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint, wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { TokenProvider } from './oauth.ts';
+import type { VersionEvent } from './tasks/jobs.ts';
 import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
 
 /**
@@ -70,7 +70,7 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
  * failure, and not recorded. The handshake and reactivation tasks let it
  * through: graphile-worker counts the job failed and runs it again after its
  * backoff (in another worker process, or here after the restart). A
- * notification batch catches it and enqueues what it did not deliver.
+ * notification claim catches it and leaves what it did not deliver pending.
  */
 export class ShutdownAbort extends Error {
   override name = 'ShutdownAbort';
@@ -182,13 +182,21 @@ export function countCalls(context: DispatchContext, records: AttemptRecord[]): 
 /** A row of webhook.delivery_attempts. */
 export type AttemptRecord = ReturnType<typeof attemptRecord>;
 
-export function attemptRecord(subscriptionId: string, kind: AttemptKind, event: BatchEvent | undefined, attempt: number, result: CallResult, outcome: AttemptOutcome) {
+export function attemptRecord(
+  subscriptionId: string,
+  kind: AttemptKind,
+  event: (VersionEvent & { eventNumber?: number }) | undefined,
+  attempt: number,
+  result: CallResult,
+  outcome: AttemptOutcome,
+) {
   return {
     subscription_id: subscriptionId,
     kind,
     resource_type: event?.resourceType ?? null,
     resource_id: event?.resourceId ?? null,
     version_id: event?.versionId ?? null,
+    event_number: event?.eventNumber ?? null,
     attempt,
     started_at: result.startedAt,
     duration_ms: result.durationMs,

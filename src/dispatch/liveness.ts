@@ -3,43 +3,43 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 
 /**
- * How often a worker process beats and sweeps. A pool silent for 30 s is dead
- * (db/migrations/0006_worker_liveness.sql): a crash costs at most about 35 s,
- * plus graphile-worker's 2 s poll.
+ * How often a worker process beats and sweeps. A registration silent for 20 s
+ * is dead (db/functions/webhook.release_work_of_dead_worker_pools.sql): a
+ * crash delays its work by at most about 25 s.
  */
 const heartbeatIntervalMs = 5_000;
 
 export type Liveness = { stop(): Promise<void> };
 
+/** What a worker process registers in webhook.worker_pools: its graphile-worker pool, or its event sender. */
+export type Registration = { poolId: string; kind: 'graphile-worker' | 'event-sender' };
+
 /**
- * Crash recovery: registers this process's worker pool in webhook.worker_pools,
- * then every 5 s beats (registering again if a sweep took it for dead during a
- * database outage), frees the jobs of pools whose process died, and frees the
- * jobs its own pool holds but does not run (`running` says which it runs):
- * those a lost connection stranded mid-completion.
+ * Crash recovery: registers in webhook.worker_pools, then every 5 s beats
+ * (registering again if a sweep took it for dead during a database outage),
+ * frees the work of registrations whose process died, and runs `ownSweep`:
+ * what it holds but no longer works on (a lost connection stranded it).
  */
-export async function keepWorkerPoolAlive(pool: pg.Pool, poolId: string, running: () => string[], logger: Logger): Promise<Liveness> {
+export async function keepWorkerPoolAlive(pool: pg.Pool, { poolId, kind }: Registration, ownSweep: () => Promise<void>, logger: Logger): Promise<Liveness> {
   const beat = () =>
     pool.query(
-      `INSERT INTO webhook.worker_pools (pool_id, host, process_id) VALUES ($1, $2, $3)
+      `INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ($1, $2, $3, $4)
        ON CONFLICT (pool_id) DO UPDATE SET last_seen = now()`,
-      [poolId, hostname(), process.pid],
+      [poolId, hostname(), process.pid, kind],
     );
   const sweep = async () => {
-    const { rows } = await pool.query<{ pool_id: string }>('SELECT webhook.release_jobs_of_dead_worker_pools() AS pool_id');
-    for (const { pool_id } of rows) logger.warn({ workerPool: pool_id }, 'freed the jobs of a worker pool whose process is gone');
-    const stranded = await pool.query<{ released: number }>('SELECT webhook.release_stranded_jobs($1, $2::bigint[]) AS released', [poolId, running()]);
-    const released = stranded.rows[0]?.released ?? 0;
-    if (released > 0) logger.warn({ workerPool: poolId, jobs: released }, 'freed jobs this process held but no longer ran (a lost database connection)');
+    const { rows } = await pool.query<{ pool_id: string; kind: string }>('SELECT pool_id, kind FROM webhook.release_work_of_dead_worker_pools()');
+    for (const dead of rows) logger.warn({ workerPool: dead.pool_id, kind: dead.kind }, 'freed the work of a worker process that is gone');
+    await ownSweep();
   };
 
-  // At start: a restarted process frees its dead predecessor's jobs at once.
+  // At start: a restarted process frees its dead predecessor's work at once.
   await beat();
   await sweep();
   const timer = setInterval(() => {
     beat()
       .then(sweep)
-      .catch((error: unknown) => logger.warn({ err: error }, 'the worker pool heartbeat failed; it tries again in 5 s'));
+      .catch((error: unknown) => logger.warn({ err: error }, 'the worker heartbeat failed; it tries again in 5 s'));
   }, heartbeatIntervalMs);
   timer.unref();
   return {

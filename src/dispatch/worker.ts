@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Logger as WorkerLogger, makeWorkerUtils, run, type Runner, type WorkerEvents } from 'graphile-worker';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
 import { errorFields } from '../config/logger.ts';
@@ -8,6 +9,9 @@ import { connectDatabase, type DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
+import type { DispatchContext } from './delivery.ts';
+import { releaseStrandedClaims } from './events/log.ts';
+import { newSenderId, startEventSender, type EventSender } from './events/sender.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
 import { createTokenProvider } from './oauth.ts';
 import { createDeliveryAgent } from './ssrf.ts';
@@ -16,22 +20,27 @@ import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 export type Workers = { stop: () => Promise<void> };
 
 /**
- * Connections of a worker process: a job holds one only for its short queries
- * (never during its calls), and graphile-worker one more to LISTEN.
+ * Connections of a worker process: a delivery or a job holds one only for its
+ * short queries (never during its calls); graphile-worker and the event
+ * sender hold one more each to LISTEN.
  */
 const workerConnections = 20;
 
 /**
- * Runs the dispatcher's tasks on graphile-worker in this process. Jobs are
- * picked up through LISTEN/NOTIFY as their transactions commit; several
- * processes on one database share them (each job is locked by one). What
- * they do is counted in `metrics`, the registry the process's /metrics serves.
+ * Runs the dispatcher in this process: the event sender, which delivers the
+ * subscription event log (src/dispatch/events/), and graphile-worker's tasks
+ * (handshakes, reactivations, alert e-mails, the daily cleanup). Both pick up
+ * their work through LISTEN/NOTIFY as the transactions that made it commit;
+ * several processes on one database share it (each subscription claimed, each
+ * job locked, by one). What they do is counted in `metrics`, the registry the
+ * process's /metrics serves.
  */
 export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger, metrics: Metrics = createMetrics()): Promise<Workers> {
-  // The workers' own pool, committing asynchronously: job locks and completions, attempt records,
-  // retries and state changes. A PostgreSQL crash can lose only the last of these commits, and WAL
-  // order means a lost change takes its job's completion with it: the job runs again (at least
-  // once), and no event is lost, since the writer's transaction that enqueued it commits synchronously.
+  // The workers' own pool, committing asynchronously: claims, job locks and completions, attempt
+  // records, retries and state changes. A PostgreSQL crash can lose only the last of these commits,
+  // and WAL order means a lost record takes the release of its claim (or its job's completion) with
+  // it: the events are sent again (at least once), and none is lost, since the writer's transaction
+  // that recorded them commits synchronously.
   const workerDatabase = connectDatabase(database.connectionString, (error) => logger.warn({ err: error }, 'idle database connection failed'), {
     maxConnections: workerConnections,
     settings: { synchronous_commit: 'off' },
@@ -43,7 +52,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   });
   const mailer = createAlertMailer(config.mail, logger);
   const workerUtils = await makeWorkerUtils({ pgPool: workerDatabase.pool });
-  const taskList = dispatchTasks({
+  const context: DispatchContext = {
     db: workerDatabase.db,
     workerUtils,
     box: createSecretBox(secretsKey),
@@ -55,34 +64,59 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     mailer,
     metrics,
     logger,
-  });
+  };
+  const closeAll = async () => {
+    await workerUtils.release();
+    await workerDatabase.close();
+    mailer.close();
+    await dispatcher.close();
+  };
+
+  // The event sender, registered before it claims anything (its claims name it).
+  const senderId = newSenderId();
+  // Its heartbeat starts first, and asks it what it works on once it runs.
+  const started: { sender?: EventSender } = {};
+  let senderLiveness: Liveness;
+  try {
+    senderLiveness = await keepWorkerPoolAlive(
+      workerDatabase.pool,
+      { poolId: senderId, kind: 'event-sender' },
+      async () => {
+        const released = await releaseStrandedClaims(workerDatabase.db, senderId, started.sender?.working() ?? []);
+        if (released > 0) logger.warn({ sender: senderId, subscriptions: released }, 'freed subscriptions this process had claimed but was not sending (a lost database connection)');
+      },
+      logger,
+    );
+  } catch (error) {
+    await closeAll();
+    throw error;
+  }
+  const sender = startEventSender(context, { connectionString: database.connectionString, concurrency: config.delivery.concurrency, id: senderId });
+  started.sender = sender;
+
   const workerLogger = new WorkerLogger(() => (level, message, meta) => {
     // graphile-worker warns of a pool smaller than its concurrency; by design here (workerConnections).
     const expected = message.includes('smaller than concurrency');
     const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
     log.call(logger, loggableMeta(meta), message);
   });
-  const startRunner = () =>
-    runWorkerPool(workerDatabase.pool, {
-      concurrency: config.delivery.concurrency,
-      taskList,
-      logger,
-      workerLogger,
-    });
+  const startRunner = () => runWorkerPool(workerDatabase.pool, { concurrency: config.delivery.concurrency, taskList: dispatchTasks(context), logger, workerLogger });
 
   let current: RunningPool;
   try {
     current = await startRunner();
   } catch (error) {
-    await workerUtils.release();
-    await workerDatabase.close();
+    await sender.stop();
+    await senderLiveness.stop().catch(() => undefined);
+    await closeAll();
     throw error;
   }
 
   // graphile-worker stops its whole runner when it cannot record a job's failure (the database
-  // went away mid-job). The dispatcher must not die silently with it: a runner that stops without
-  // being asked is started again, once the database answers, and its dead predecessor's jobs are
-  // freed at once rather than after the 30 s of a silent pool.
+  // went away mid-job), and the heartbeat stops it when a lost connection stranded one of its
+  // jobs. The dispatcher must not die silently with it: a runner that stops without being asked
+  // is started again, once the database answers, and its predecessor's jobs are freed at once
+  // (graphile-worker's force_unlock_workers) rather than after the 20 s of a silent pool.
   let stopping = false;
   const supervise = (running: RunningPool): void => {
     void running.runner.promise.then(
@@ -105,7 +139,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
       }
       supervise(current);
       logger.info({ workerPool: current.poolId, previous: stopped.poolId }, 'the workers are running again');
-      // Best effort: should it fail, the sweep of silent pools frees these jobs within 30 s.
+      // Best effort: should it fail, the sweep of silent pools frees these jobs within 20 s.
       await workerDatabase.pool
         .query('SELECT graphile_worker.force_unlock_workers($1::text[])', [[stopped.poolId]])
         .then(() => workerDatabase.pool.query('DELETE FROM webhook.worker_pools WHERE pool_id = $1', [stopped.poolId]))
@@ -118,12 +152,10 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   return {
     stop: async () => {
       stopping = true;
-      await current.runner.stop().catch(() => undefined);
+      await Promise.all([sender.stop(), current.runner.stop().catch(() => undefined)]);
+      await senderLiveness.stop().catch(() => undefined);
       await current.liveness.stop().catch(() => undefined);
-      await workerUtils.release();
-      await workerDatabase.close();
-      mailer.close();
-      await dispatcher.close();
+      await closeAll();
     },
   };
 }
@@ -131,11 +163,14 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
 type RunningPool = { runner: Runner; poolId: string; liveness: Liveness };
 
 /**
- * One graphile-worker runner on the workers' pool, with its liveness
- * (crash recovery needs the id of the worker pool that locks the jobs).
+ * One graphile-worker runner on the workers' pool, with its liveness (crash
+ * recovery needs the id of the worker pool that locks the jobs). Should its
+ * heartbeat find a job the pool holds but does not run (a lost connection
+ * stranded it as it completed), the runner is stopped: the supervisor starts a
+ * new one and frees the old pool's jobs, through graphile-worker's public API.
  */
 async function runWorkerPool(
-  pgPool: DatabaseHandle['pool'],
+  pgPool: pg.Pool,
   options: { concurrency: number; taskList: ReturnType<typeof dispatchTasks>; logger: Logger; workerLogger: WorkerLogger },
 ): Promise<RunningPool> {
   const events: WorkerEvents = new EventEmitter();
@@ -153,8 +188,7 @@ async function runWorkerPool(
     events,
     pgPool,
     concurrency: options.concurrency,
-    // Complete jobs in batches: fewer commits per delivery. (Its localQueue, which also batches
-    // fetching, fails its graceful shutdown in 0.18: tested, left off.)
+    // Complete jobs in batches: fewer commits per job. (Its localQueue fails its graceful shutdown in 0.18: tested, left off.)
     preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
     taskList: options.taskList,
     crontab: dispatchCrontab,
@@ -163,7 +197,18 @@ async function runWorkerPool(
   });
   try {
     if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
-    return { runner, poolId, liveness: await keepWorkerPoolAlive(pgPool, poolId, runningJobs, options.logger) };
+    const id = poolId;
+    const strandedJobs = async () => {
+      const { rows } = await pgPool.query<{ stranded: number }>(
+        `SELECT count(*)::int AS stranded FROM graphile_worker.jobs
+         WHERE locked_by = $1 AND locked_at < now() - interval '10 seconds' AND NOT (id = ANY ($2::bigint[]))`,
+        [id, runningJobs()],
+      );
+      if ((rows[0]?.stranded ?? 0) === 0) return;
+      options.logger.warn({ workerPool: id, jobs: rows[0]?.stranded }, 'this process holds jobs it no longer runs (a lost database connection); restarting its workers to free them');
+      void runner.stop().catch(() => undefined);
+    };
+    return { runner, poolId: id, liveness: await keepWorkerPoolAlive(pgPool, { poolId: id, kind: 'graphile-worker' }, strandedJobs, options.logger) };
   } catch (error) {
     await runner.stop();
     throw error;

@@ -100,28 +100,55 @@ export function createMetrics(database?: Db) {
 }
 
 /**
- * Gauges read at each scrape: graphile-worker's jobs by task (waiting: due,
- * and a worker could take it now; queued: due, behind a running job of its
- * subscription's queue, which runs one job at a time; scheduled: due later,
- * such as retries; running: taken), the age of the oldest waiting job by
- * task, and the subscriptions by status.
+ * Gauges read at each scrape: the subscription events by state (waiting: due,
+ * its subscription not being sent; sending: its subscription claimed by a
+ * worker; scheduled: a retry, due later), the age of the oldest waiting
+ * event, graphile-worker's jobs by task and state (its public jobs view), the
+ * age of the oldest waiting job by task, and the subscriptions by status.
  */
 function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   new Gauge({
+    name: 'fhir_webhooks_events',
+    help: 'Subscription events not yet settled, by state (waiting: due, its subscription not being sent; sending: its subscription claimed by a worker; scheduled: a retry, due later)',
+    labelNames: ['state'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ state: string; events: number }>`
+        SELECT CASE WHEN stream.claimed_by IS NOT NULL THEN 'sending'
+                    WHEN event.not_before > now() THEN 'scheduled'
+                    ELSE 'waiting' END AS state,
+               count(*)::int AS events
+        FROM webhook.subscription_events event
+        LEFT JOIN webhook.subscription_streams stream USING (subscription_id)
+        WHERE event.status = 'pending'
+        GROUP BY 1`.execute(db);
+      for (const state of ['waiting', 'sending', 'scheduled']) this.set({ state }, rows.find((row) => row.state === state)?.events ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'fhir_webhooks_oldest_waiting_event_age_seconds',
+    help: 'How long the oldest due event whose subscription no worker is sending has waited since it was written: the senders\' lag (0 when none waits)',
+    registers,
+    async collect() {
+      const { rows } = await sql<{ age: number | null }>`
+        SELECT extract(epoch FROM now() - min(event.written_at))::float8 AS age
+        FROM webhook.subscription_events event
+        JOIN webhook.subscription_streams stream USING (subscription_id)
+        WHERE event.status = 'pending' AND stream.claimed_by IS NULL AND coalesce(event.not_before, '-infinity') <= now()`.execute(db);
+      this.set(Math.max(0, rows[0]?.age ?? 0));
+    },
+  });
+  new Gauge({
     name: 'fhir_webhooks_jobs',
-    help: "graphile-worker's jobs by task and state (waiting: due, free to take; queued: due, behind a running job of its queue; scheduled: due later, such as retries; running: taken by a worker)",
+    help: "graphile-worker's jobs by task and state (waiting: due, free to take; scheduled: due later, such as retries; running: taken by a worker)",
     labelNames: ['task', 'state'],
     registers,
     async collect() {
       const { rows } = await sql<{ task: string; state: string; jobs: number }>`
-        SELECT job.task_identifier AS task,
-               CASE WHEN job.locked_at IS NOT NULL THEN 'running'
-                    WHEN job.run_at > now() THEN 'scheduled'
-                    WHEN queue.locked_at IS NOT NULL THEN 'queued'
-                    ELSE 'waiting' END AS state,
+        SELECT task_identifier AS task,
+               CASE WHEN locked_at IS NOT NULL THEN 'running' WHEN run_at > now() THEN 'scheduled' ELSE 'waiting' END AS state,
                count(*)::int AS jobs
-        FROM graphile_worker.jobs job
-        LEFT JOIN graphile_worker._private_job_queues queue ON queue.queue_name = job.queue_name
+        FROM graphile_worker.jobs
         GROUP BY 1, 2`.execute(db);
       this.reset();
       for (const row of rows) this.set({ task: row.task, state: row.state }, row.jobs);
@@ -129,15 +156,14 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   });
   new Gauge({
     name: 'fhir_webhooks_oldest_waiting_job_age_seconds',
-    help: "How long the oldest job that is due and free to take has been due, by task: the workers' lag (a job behind a running one of its queue is not counted)",
+    help: 'How long the oldest job that is due and free to take has been due, by task',
     labelNames: ['task'],
     registers,
     async collect() {
       const { rows } = await sql<{ task: string; age: number }>`
-        SELECT job.task_identifier AS task, extract(epoch FROM now() - min(job.run_at))::float8 AS age
-        FROM graphile_worker.jobs job
-        LEFT JOIN graphile_worker._private_job_queues queue ON queue.queue_name = job.queue_name
-        WHERE job.locked_at IS NULL AND job.run_at <= now() AND queue.locked_at IS NULL
+        SELECT task_identifier AS task, extract(epoch FROM now() - min(run_at))::float8 AS age
+        FROM graphile_worker.jobs
+        WHERE locked_at IS NULL AND run_at <= now()
         GROUP BY 1`.execute(db);
       this.reset();
       for (const row of rows) this.set({ task: row.task }, row.age);

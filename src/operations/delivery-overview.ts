@@ -85,15 +85,19 @@ export async function attemptsSince(db: Db, since: Date, subscriptionId?: string
   return query.execute();
 }
 
-/** What is queued for a subscription, per task (webhook.pending_work). */
-export type QueuedWork = { task: string; jobs: number; events: number; waiting: number; scheduled: number; running: number; waitingSince: Date | null; nextRunAt: Date | null };
+/**
+ * What is queued for a subscription (webhook.pending_work): its pending
+ * notification events (task `notification`) and its graphile-worker jobs by
+ * task; `items` events or jobs, `running` those being sent or run now.
+ */
+export type QueuedWork = { task: string; items: number; waiting: number; scheduled: number; running: number; waitingSince: Date | null; nextRunAt: Date | null };
 
 export async function queuedWork(db: Db, subscriptionId: string): Promise<QueuedWork[]> {
   const { rows } = await sql<QueuedWork>`
-    SELECT task, jobs::int, events::int, waiting::int, scheduled::int, running::int,
+    SELECT work AS task, items::int, waiting::int, scheduled::int, sending::int AS running,
            waiting_since AS "waitingSince", next_run_at AS "nextRunAt"
     FROM webhook.pending_work
     WHERE subscription_id = ${subscriptionId}
-    ORDER BY task`.execute(db);
+    ORDER BY work`.execute(db);
   return rows;
 }

@@ -84,7 +84,7 @@ function renderDetail({ subscription, attempts, queued }) {
     queued.map((work) => {
       const row = document.createElement('tr');
       const time = (value) => (value === null ? '—' : new Date(value).toLocaleString());
-      row.append(cell(work.task), cell(String(work.events)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), cell(time(work.waitingSince)), cell(time(work.nextRunAt)));
+      row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), cell(time(work.waitingSince)), cell(time(work.nextRunAt)));
       return row;
     }),
   );

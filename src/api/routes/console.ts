@@ -43,7 +43,7 @@ const attempt = z.object({
   durationMs: z.number(),
   error: z.string().nullable(),
 });
-const queued = z.object({ task: z.string(), jobs: z.number(), events: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
+const queued = z.object({ task: z.string(), items: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
 
 /**
  * The delivery console (`/console`): a read-only page of the subscriptions,

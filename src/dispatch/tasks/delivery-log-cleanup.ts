@@ -1,13 +1,28 @@
 import { sql } from 'kysely';
 import type { DispatchContext } from '../delivery.ts';
 
+/** Rows deleted per statement: each delete is a short transaction, never a long one that holds up the writers' vacuum. */
+const chunk = 5_000;
+
 /**
- * delivery_log_cleanup: daily (graphile-worker's crontab), deletes attempt
- * records older than DELIVERY_LOG_RETENTION_DAYS, and the graphile-worker
- * queues left without jobs: every subscription that had notifications has a
- * queue row, and each job fetch locks the rows of all queues.
+ * delivery_log_cleanup: daily (graphile-worker's crontab), deletes the attempt
+ * records and the settled events older than DELIVERY_LOG_RETENTION_DAYS, a
+ * chunk at a time through their time indexes (pending events are never
+ * deleted), and graphile-worker's queues left without jobs (those of the
+ * version before the event log).
  */
 export async function deliveryLogCleanup(context: DispatchContext): Promise<void> {
-  await sql`DELETE FROM webhook.delivery_attempts WHERE started_at < now() - make_interval(days => ${context.delivery.logRetentionDays})`.execute(context.db);
+  const days = context.delivery.logRetentionDays;
+  const deleteOld = async (statement: () => Promise<{ numAffectedRows?: bigint }>) => {
+    while (Number((await statement()).numAffectedRows ?? 0n) === chunk);
+  };
+  await deleteOld(() =>
+    sql`DELETE FROM webhook.delivery_attempts WHERE id IN (
+          SELECT id FROM webhook.delivery_attempts WHERE started_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(context.db),
+  );
+  await deleteOld(() =>
+    sql`DELETE FROM webhook.subscription_events WHERE id IN (
+          SELECT id FROM webhook.subscription_events WHERE status <> 'pending' AND settled_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(context.db),
+  );
   await context.workerUtils.cleanup({ tasks: ['GC_JOB_QUEUES'] });
 }

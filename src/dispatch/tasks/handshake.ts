@@ -1,6 +1,6 @@
-import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 import { activate, failHandshake } from '../../subscriptions/state.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, retryDelay, type DispatchContext } from '../delivery.ts';
+import { enqueueJob, type JobPayload } from './jobs.ts';
 
 /**
  * subscription_handshake: the first call to a new subscription. 2xx makes it
@@ -19,7 +19,7 @@ export async function handshake(context: DispatchContext, { subscriptionId, atte
       return recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'delivered');
     }
     if (delay !== undefined) {
-      await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay });
+      await enqueueJob(db, 'subscription_handshake', { subscriptionId, attempt: attempt + 1 }, { delayMs: delay, jobKey: `handshake:${subscriptionId}` });
       return recordAttempt(db, target.id, 'handshake', undefined, attempt, result, 'retrying');
     }
     await failHandshake(db, target.id, reason);

@@ -1,0 +1,118 @@
+-- A worker's claim: the due events of up to max_subscriptions subscriptions
+-- that no worker is sending, up to max_events each, in one statement. A broad
+-- write (one resource, a thousand subscriptions) costs a few claims, not a
+-- thousand jobs.
+--
+-- A subscription is claimed by one worker at a time (its row of
+-- webhook.subscription_streams, locked FOR UPDATE SKIP LOCKED, then marked
+-- claimed_by): its events go out in log order, at most DELIVERY_PARALLEL_CALLS
+-- at once, and a subscriber that hangs holds only its own claim. The worker
+-- releases it when it has recorded the outcome (src/dispatch/events/log.ts);
+-- a worker that dies is dropped from webhook.worker_pools, which frees it.
+--
+-- The subscriptions with pending events are found by a loose scan of the
+-- pending-events index (one probe per such subscription): idle subscriptions
+-- cost nothing, however many there are.
+--
+-- In the claim, before anything is sent:
+--   * an event is superseded (and settled so, without a number) when the
+--     claim holds a newer version of its resource, or the subscriber was
+--     already called with a newer one (a retry that comes after the next
+--     version): a subscriber never receives a version after a newer one;
+--   * the events still without a number get the subscription's next numbers,
+--     in log order: gapless from 1, kept across retries.
+-- Returned in the order to send them.
+
+CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer)
+  RETURNS TABLE (subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint,
+                 resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+  LANGUAGE plpgsql
+  AS $$
+DECLARE
+  claimed uuid[];
+  batch bigint[];
+BEGIN
+  WITH RECURSIVE with_pending(subscription_id) AS (
+    (SELECT e.subscription_id FROM webhook.subscription_events e
+      WHERE e.status = 'pending' ORDER BY e.subscription_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.subscription_id FROM webhook.subscription_events e
+             WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
+             ORDER BY e.subscription_id LIMIT 1)
+    FROM with_pending
+    WHERE with_pending.subscription_id IS NOT NULL
+  )
+  SELECT array_agg(free.subscription_id) INTO claimed
+  FROM (
+    SELECT stream.subscription_id
+    FROM with_pending
+    JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id
+    JOIN webhook.subscriptions s ON s.id = stream.subscription_id
+    WHERE stream.claimed_by IS NULL
+      AND s.status = 'active'
+      AND EXISTS (SELECT FROM webhook.subscription_events e
+                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
+                     AND (e.not_before IS NULL OR e.not_before <= now()))
+    LIMIT max_subscriptions
+    FOR UPDATE OF stream SKIP LOCKED
+  ) free;
+  IF claimed IS NULL THEN
+    RETURN;
+  END IF;
+
+  UPDATE webhook.subscription_streams stream
+  SET claimed_by = worker, claimed_at = now()
+  WHERE stream.subscription_id = ANY (claimed);
+
+  SELECT array_agg(due.id) INTO batch
+  FROM unnest(claimed) AS one(subscription_id)
+  CROSS JOIN LATERAL (
+    SELECT e.id FROM webhook.subscription_events e
+    WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
+      AND (e.not_before IS NULL OR e.not_before <= now())
+    ORDER BY e.id
+    LIMIT max_events
+  ) due;
+
+  WITH in_claim AS (
+    SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id,
+           max(e.version_id) OVER (PARTITION BY e.subscription_id, e.resource_type, e.resource_id) AS newest_claimed
+    FROM webhook.subscription_events e
+    WHERE e.id = ANY (batch)
+  )
+  UPDATE webhook.subscription_events e
+  SET status = 'superseded', settled_at = now()
+  FROM in_claim
+  WHERE e.id = in_claim.id
+    AND (in_claim.version_id < in_claim.newest_claimed
+         OR EXISTS (SELECT FROM webhook.delivery_attempts called
+                     WHERE called.subscription_id = in_claim.subscription_id AND called.kind = 'notification'
+                       AND called.resource_type = in_claim.resource_type AND called.resource_id = in_claim.resource_id
+                       AND called.version_id > in_claim.version_id));
+
+  WITH fresh AS (
+    SELECT e.id, e.subscription_id,
+           row_number() OVER (PARTITION BY e.subscription_id ORDER BY e.id) AS n,
+           count(*) OVER (PARTITION BY e.subscription_id) AS total
+    FROM webhook.subscription_events e
+    WHERE e.id = ANY (batch) AND e.status = 'pending' AND e.event_number IS NULL
+  ), advanced AS (
+    UPDATE webhook.subscription_streams stream
+    SET last_event_number = stream.last_event_number + counted.total
+    FROM (SELECT DISTINCT fresh.subscription_id, fresh.total FROM fresh) counted
+    WHERE stream.subscription_id = counted.subscription_id
+    RETURNING stream.subscription_id, stream.last_event_number - counted.total AS numbered_before
+  )
+  UPDATE webhook.subscription_events e
+  SET event_number = advanced.numbered_before + fresh.n
+  FROM fresh JOIN advanced ON advanced.subscription_id = fresh.subscription_id
+  WHERE e.id = fresh.id;
+
+  RETURN QUERY
+    SELECT e.subscription_id, s.version_id, e.id, e.event_number, e.resource_type, e.resource_id, e.version_id, e.deleted, e.attempts
+    FROM webhook.subscription_events e
+    JOIN webhook.subscriptions s ON s.id = e.subscription_id
+    WHERE e.id = ANY (batch) AND e.status = 'pending'
+    ORDER BY e.subscription_id, e.id;
+END
+$$;

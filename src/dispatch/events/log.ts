@@ -1,0 +1,146 @@
+import { sql } from 'kysely';
+import type { Db } from '../../db/database.ts';
+import type { DeliveryAttemptsTable } from '../../db/schema.ts';
+import type { VersionEvent } from '../tasks/jobs.ts';
+
+/**
+ * The subscription event log's contract (webhook.subscription_events and
+ * webhook.subscription_streams, migration 0018; the SQL in db/functions/):
+ * what the notification trigger writes, how a worker claims, and how it
+ * records what became of each event and releases its claim.
+ */
+
+/**
+ * The channel the notification trigger notifies once per statement that
+ * recorded events (db/functions/webhook.record_subscription_events.sql;
+ * test/notification-triggers.test.ts listens on this name).
+ */
+export const eventsChannel = 'webhook_subscription_events';
+
+/** At most this many events of one subscription in a claim. */
+export const maxEventsPerClaim = 100;
+
+/** An event as claimed: numbered, with the calls made for it so far. */
+export type ClaimedEvent = VersionEvent & {
+  eventId: string;
+  /** The subscription's number of the event (eventsSinceSubscriptionStart once sent). */
+  eventNumber: number;
+  /** Calls made for it before this claim. */
+  attempts: number;
+};
+
+/** A subscription's due events, claimed by one sender until it releases them. */
+export type Claim = {
+  subscriptionId: string;
+  /** The subscription's versionId when claimed: what it was read as can be reused while it is the same. */
+  subscriptionVersion: number;
+  events: ClaimedEvent[];
+};
+
+/** Claims the due events of up to `maxSubscriptions` subscriptions no sender is sending (db/functions/webhook.claim_subscription_events.sql). */
+export async function claimEvents(db: Db, senderId: string, maxSubscriptions: number): Promise<Claim[]> {
+  const { rows } = await sql<{
+    subscription_id: string;
+    subscription_version: number;
+    event_id: string;
+    event_number: string;
+    resource_type: string;
+    resource_id: string;
+    version_id: number;
+    deleted: boolean;
+    attempts: number;
+  }>`SELECT * FROM webhook.claim_subscription_events(${senderId}, ${maxSubscriptions}, ${maxEventsPerClaim})`.execute(db);
+  const claims = new Map<string, Claim>();
+  for (const row of rows) {
+    let claim = claims.get(row.subscription_id);
+    if (claim === undefined) claims.set(row.subscription_id, (claim = { subscriptionId: row.subscription_id, subscriptionVersion: row.subscription_version, events: [] }));
+    claim.events.push({
+      eventId: row.event_id,
+      eventNumber: Number(row.event_number),
+      resourceType: row.resource_type,
+      resourceId: row.resource_id,
+      versionId: row.version_id,
+      deleted: row.deleted,
+      attempts: row.attempts,
+    });
+  }
+  return [...claims.values()];
+}
+
+/**
+ * Adds events to a subscription's log (a reactivated subscription's event; a
+ * notification job of the version before the log), in the caller's
+ * transaction, and wakes the senders when it commits.
+ */
+export async function recordEvents(db: Db, subscriptionId: string, events: (VersionEvent & { attempts?: number })[]): Promise<void> {
+  await sql`
+    WITH recorded AS (
+      INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, attempts)
+      SELECT ${subscriptionId}::uuid, event.resource_type, event.resource_id, event.version_id, event.deleted, event.attempts
+      FROM jsonb_to_recordset(${JSON.stringify(events.map((event) => ({ resource_type: event.resourceType, resource_id: event.resourceId, version_id: event.versionId, deleted: event.deleted, attempts: event.attempts ?? 0 })))}::jsonb)
+        AS event(resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+      RETURNING 1
+    )
+    SELECT pg_notify(${eventsChannel}, '') FROM (SELECT FROM recorded LIMIT 1) any_recorded`.execute(db);
+}
+
+/** What became of an event: settled (delivered, failed, gone), or pending again, to be sent no sooner than notBefore. */
+export type EventOutcome = {
+  eventId: string;
+  status: 'pending' | 'delivered' | 'failed' | 'gone';
+  /** Calls made for it, this claim's included. */
+  attempts: number;
+  notBefore: Date | null;
+};
+
+/** A row of webhook.delivery_attempts as a sender writes it. */
+export type AttemptRow = Omit<DeliveryAttemptsTable, 'id'>;
+
+/**
+ * Records a claim's calls and its events' outcomes, and releases the claim,
+ * in one statement (in the caller's transaction when it has state changes to
+ * make with them); with `resetFailureCount`, a delivery ends the
+ * subscription's run of refusals too. An event abandoned meanwhile (its
+ * subscription left `active`) stays so unless it was delivered or failed.
+ */
+export async function settleClaim(
+  db: Db,
+  { senderId, subscriptionId }: { senderId: string; subscriptionId: string },
+  outcomes: EventOutcome[],
+  attempts: AttemptRow[],
+  { resetFailureCount }: { resetFailureCount: boolean },
+): Promise<void> {
+  await sql`
+    WITH reset AS (
+      UPDATE webhook.subscriptions SET failure_count = 0
+      WHERE ${resetFailureCount} AND id = ${subscriptionId} AND failure_count > 0
+    ), called AS (
+      INSERT INTO webhook.delivery_attempts
+        (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome, error, response_excerpt)
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(attempts)}::jsonb) AS attempt
+        (subscription_id uuid, kind text, resource_type text, resource_id text, version_id integer, event_number bigint, attempt integer,
+         started_at timestamptz, duration_ms integer, http_status integer, outcome text, error text, response_excerpt text)
+    ), settled AS (
+      UPDATE webhook.subscription_events event
+      SET status = outcome.status, attempts = outcome.attempts, not_before = outcome.not_before,
+          settled_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END
+      FROM jsonb_to_recordset(${JSON.stringify(outcomes.map((outcome) => ({ id: outcome.eventId, status: outcome.status, attempts: outcome.attempts, not_before: outcome.notBefore })))}::jsonb)
+        AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
+      WHERE event.id = outcome.id AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
+    )
+    UPDATE webhook.subscription_streams SET claimed_by = NULL, claimed_at = NULL
+    WHERE subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
+}
+
+/**
+ * Frees the claims this sender holds but is not working on: a claim whose
+ * answer a lost connection swallowed, or whose release failed. Only those
+ * older than 10 s: one just made may not have reached the sender yet.
+ */
+export async function releaseStrandedClaims(db: Db, senderId: string, working: string[]): Promise<number> {
+  const { numAffectedRows } = await sql`
+    UPDATE webhook.subscription_streams SET claimed_by = NULL, claimed_at = NULL
+    WHERE claimed_by = ${senderId} AND claimed_at < now() - interval '10 seconds'
+      AND NOT (subscription_id = ANY (${working}::uuid[]))`.execute(db);
+  return Number(numAffectedRows ?? 0n);
+}

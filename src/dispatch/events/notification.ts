@@ -1,0 +1,240 @@
+import { randomUUID } from 'node:crypto';
+import type { Db } from '../../db/database.ts';
+import type { FhirResource } from '../../db/schema.ts';
+import { FhirError } from '../../fhir/outcome.ts';
+import { resolveIncludes } from '../../search/criteria.ts';
+import { includedResources } from '../../search/search.ts';
+import { countRefusals, deactivate } from '../../subscriptions/state.ts';
+import { attemptRecord, call, countCalls, describeFailure, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
+import type { CallResult } from '../outbound.ts';
+import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
+import { settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
+
+/**
+ * A claim's delivery: the events of one active subscription, in log order,
+ * at most DELIVERY_PARALLEL_CALLS calls in flight to the subscriber. The
+ * claim has already set aside the versions the subscriber must not get (an
+ * older one after a newer) and numbered the rest.
+ *
+ * Failures are counted per event: a retryable one is tried again with
+ * jittered spacing, up to DELIVERY_MAX_FAILURES attempts, and the last one
+ * failing deactivates the subscription; a permanent one ends the event and
+ * counts one more event in a row refused for good (DELIVERY_MAX_FAILURES of
+ * them deactivate). After a retryable failure no new call starts: the
+ * subscriber is likely down, and the events not yet sent wait for the retry
+ * with the failed ones. Everything is recorded, and the claim released, in
+ * one statement when all went well, else in one transaction with the state
+ * changes that follow.
+ */
+export async function deliverClaim(context: DispatchContext, senderId: string, claim: Claim, target: Target, versions: Versions, signal?: AbortSignal): Promise<void> {
+  const bodies = await notificationBodies(context, target, claim.events, versions);
+  const results = await send(context, target, bodies.map((body) => body?.body), claim.events.map(eventKey), signal);
+  const verdict = judge(context, target, claim.events, results);
+  await settle(context, senderId, target, verdict);
+  observeLatencies(context, bodies, results);
+}
+
+/** Commit to delivery, for each event delivered: from its version's lastUpdated to the subscriber's answer. */
+function observeLatencies(context: DispatchContext, bodies: (NotificationBody | undefined)[], results: Sent[]): void {
+  for (const [index, result] of results.entries()) {
+    const body = bodies[index];
+    if (body === undefined || typeof result === 'string' || result.verdict !== 'delivered') continue;
+    context.metrics.delivered(body.committedAt, new Date(result.startedAt.getTime() + result.durationMs));
+  }
+}
+
+/** What became of each event: its call's result, `gone` (its version was deleted), or `unsent`. */
+type Sent = CallResult | 'gone' | 'unsent';
+
+/**
+ * Calls the subscriber for each body, at most DELIVERY_PARALLEL_CALLS at once,
+ * in the claim's order. Stops starting calls after a retryable failure, or
+ * when the worker shuts down (the call cut short counts as not sent).
+ */
+async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], signal?: AbortSignal): Promise<Sent[]> {
+  const results: Sent[] = bodies.map(() => 'unsent');
+  let next = 0;
+  let stop = false;
+  const lane = async (): Promise<void> => {
+    while (!stop && next < bodies.length) {
+      const index = next++;
+      const body = bodies[index];
+      if (body === undefined) {
+        results[index] = 'gone';
+        continue;
+      }
+      let result: CallResult;
+      try {
+        result = await call(context, target, body, messages[index]!, signal);
+      } catch (error) {
+        if (!(error instanceof ShutdownAbort)) throw error;
+        stop = true;
+        return;
+      }
+      results[index] = result;
+      if (result.verdict === 'retryable') stop = true;
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(context.delivery.parallelCalls, bodies.length) }, lane));
+  return results;
+}
+
+/** An event and the failed call that decides something about it. */
+type Failure = { event: ClaimedEvent; result: CallResult };
+
+/** What a claim's calls come to, before anything is written. */
+type Verdict = {
+  outcomes: EventOutcome[];
+  records: AttemptRow[];
+  /** Events to try again after a failed call. */
+  retried: number;
+  /** The first event whose last attempt failed: it deactivates the subscription. */
+  exhausted: Failure | undefined;
+  /** The last event refused for good, and how many were refused after the claim's last delivery. */
+  lastRefusal: Failure | undefined;
+  trailingRefusals: number;
+  delivered: boolean;
+};
+
+function judge(context: DispatchContext, target: Target, events: ClaimedEvent[], results: Sent[]): Verdict {
+  const verdict: Verdict = { outcomes: [], records: [], retried: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
+  // Events not sent after a retryable failure wait as long as the longest retry; after a shutdown, not at all.
+  let unsentWaitMs = 0;
+  const unsent: ClaimedEvent[] = [];
+  for (const [index, event] of events.entries()) {
+    const result = results[index]!;
+    const attempt = event.attempts + 1;
+    const outcome = (status: EventOutcome['status'], attempts: number, notBefore: Date | null = null) => verdict.outcomes.push({ eventId: event.eventId, status, attempts, notBefore });
+    if (result === 'gone') {
+      context.logger.warn({ subscriptionId: target.id, event: eventKey(event) }, 'the resource version of a notification is gone; nothing to deliver');
+      outcome('gone', event.attempts);
+    } else if (result === 'unsent') {
+      unsent.push(event);
+    } else if (result.verdict === 'delivered') {
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'delivered'));
+      outcome('delivered', attempt);
+      verdict.delivered = true;
+      verdict.trailingRefusals = 0;
+    } else if (result.verdict === 'retryable') {
+      // Retried with jittered spacing, so that a blip of the subscriber does not fail several events at once.
+      const delay = retryDelay(context, attempt, result);
+      if (delay === undefined) {
+        verdict.exhausted ??= { event, result };
+        outcome('failed', attempt);
+      } else {
+        outcome('pending', attempt, new Date(Date.now() + delay));
+        verdict.retried += 1;
+        unsentWaitMs = Math.max(unsentWaitMs, delay);
+      }
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, delay === undefined ? 'failed' : 'retrying'));
+    } else {
+      // A permanent failure (a 4xx but 429, a refused address) ends this event at once.
+      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'failed'));
+      outcome('failed', attempt);
+      verdict.lastRefusal = { event, result };
+      verdict.trailingRefusals += 1;
+    }
+  }
+  for (const event of unsent) verdict.outcomes.push({ eventId: event.eventId, status: 'pending', attempts: event.attempts, notBefore: unsentWaitMs > 0 ? new Date(Date.now() + unsentWaitMs) : null });
+  if (unsentWaitMs > 0) verdict.retried += unsent.length;
+  return verdict;
+}
+
+/**
+ * Records the calls and outcomes and releases the claim: in one statement
+ * when nothing failed (the common path), else in one transaction with the
+ * count of refusals and the deactivation, when it comes to that.
+ */
+async function settle(context: DispatchContext, senderId: string, target: Target, verdict: Verdict): Promise<void> {
+  const { records, outcomes, exhausted, lastRefusal } = verdict;
+  const claim = { senderId, subscriptionId: target.id };
+  if (exhausted === undefined && lastRefusal === undefined && verdict.retried === 0) {
+    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered });
+    countCalls(context, records);
+    return;
+  }
+  const deactivation = await context.db.transaction().execute(async (db) => {
+    await settleClaim(db, claim, outcomes, records, { resetFailureCount: false });
+    const refusedInARow = await countRefusals(db, target.id, verdict);
+    const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
+    // The subscription goes to error: its pending events are abandoned with it (a trigger), like any later event.
+    return deactivating === undefined ? undefined : deactivateFor(db, target, deactivating.event, deactivating.result);
+  });
+  countCalls(context, records);
+  if (deactivation !== undefined) {
+    context.metrics.deactivated();
+    const resourceUrl = `${context.baseUrl}/fhir/resources/${deactivation.resource}`;
+    context.logger.warn({ subscriptionId: target.id, reason: deactivation.reason, resourceUrl }, 'subscription deactivated after repeated delivery failures');
+  } else if (verdict.retried > 0) {
+    context.metrics.retryScheduled('notification', verdict.retried);
+    context.logger.info({ subscriptionId: target.id, events: verdict.retried }, 'notifications failed; retrying');
+  }
+}
+
+/**
+ * Deactivates with a reason naming the event not delivered (the resource the
+ * alert links to); what happened, for the caller to count and log once
+ * committed, or undefined when the subscription was no longer active.
+ */
+async function deactivateFor(db: Db, target: Target, event: VersionEvent, result: CallResult): Promise<{ reason: string; resource: string } | undefined> {
+  const reason = `${describeFailure(result, target.endpoint)}; ${event.resourceType}/${event.resourceId} (version ${event.versionId}) was not delivered`;
+  if ((await deactivate(db, target.id, reason, target.contactEmails)) === undefined) return undefined;
+  return { reason, resource: `${event.resourceType}/${event.resourceId}` };
+}
+
+/** Resource versions by eventKey, as fhir.resource_history holds them. */
+export type Versions = Map<string, { content: FhirResource; lastUpdated: Date }>;
+
+/** The versions the events name, in one query (for all the claims of a sender's claim at once). */
+export async function loadVersions(db: Db, events: VersionEvent[]): Promise<Versions> {
+  if (events.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('fhir.resource_history')
+    .select(['resource_type', 'id', 'version_id', 'content', 'last_updated'])
+    .where((eb) => eb(eb.refTuple('resource_type', 'id', 'version_id'), 'in', events.map((event) => eb.tuple(event.resourceType, event.resourceId, event.versionId))))
+    .execute();
+  return new Map(rows.map((row) => [eventKey({ resourceType: row.resource_type, resourceId: row.id, versionId: row.version_id }), { content: row.content, lastUpdated: row.last_updated }]));
+}
+
+/** What is sent for an event, and when its version was committed (its lastUpdated). */
+type NotificationBody = { body: unknown; committedAt: Date };
+
+/**
+ * Each event's body: the resource version itself; for _include/_revinclude
+ * criteria a searchset Bundle with it (match) and its related resources
+ * (include); for a deletion the deleted resource tagged DELETE. Undefined for
+ * a version that is gone.
+ */
+async function notificationBodies(context: DispatchContext, target: Target, events: ClaimedEvent[], versions: Versions): Promise<(NotificationBody | undefined)[]> {
+  return Promise.all(
+    events.map(async (event) => {
+      const version = versions.get(eventKey(event));
+      if (version === undefined) return undefined;
+      const resource = version.content;
+      if (event.deleted) {
+        const meta = (resource.meta ?? {}) as { tag?: unknown[] };
+        const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
+        return { body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt: version.lastUpdated };
+      }
+      return { body: await withIncludes(context, target, resource), committedAt: version.lastUpdated };
+    }),
+  );
+}
+
+async function withIncludes(context: DispatchContext, target: Target, resource: FhirResource): Promise<unknown> {
+  const { include, revinclude } = resolveIncludes(target.compiled);
+  if (include.length === 0 && revinclude.length === 0) return resource;
+  const entry = (mode: 'match' | 'include') => (item: FhirResource) => ({
+    fullUrl: `${context.baseUrl}/fhir/resources/${item.resourceType}/${item.id}`,
+    resource: item,
+    search: { mode },
+  });
+  const bundle = (entries: unknown[]) => ({ resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: 1, entry: [entry('match')(resource), ...entries] });
+  try {
+    return bundle((await includedResources(context.db, [resource], include, revinclude)).map(entry('include')));
+  } catch (error) {
+    // Includes past the bounds of one answer: the event still goes, saying why it comes without them.
+    if (!(error instanceof FhirError)) throw error;
+    return bundle([{ resource: error.outcome, search: { mode: 'outcome' } }]);
+  }
+}

@@ -1,0 +1,191 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { loadTarget, type DispatchContext, type Target } from '../delivery.ts';
+import { claimEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
+import { deliverClaim, loadVersions, type Versions } from './notification.ts';
+
+/** Subscriptions claimed in one statement at most. */
+const maxSubscriptionsPerClaim = 32;
+/** How often a sender looks for due events without being told: retries coming due, a notification missed while reconnecting. */
+const pollIntervalMs = 1_000;
+/** How long a graceful stop lets the calls in flight finish before it aborts them. */
+const gracefulStopMs = 5_000;
+
+export type EventSender = {
+  /** What its claims hold in webhook.subscription_streams.claimed_by (registered in webhook.worker_pools). */
+  id: string;
+  /** The subscriptions it is sending now. */
+  working(): string[];
+  /** Stops claiming, lets the calls in flight finish (for 5 s, then aborts them), and records what they did. */
+  stop(): Promise<void>;
+};
+
+/**
+ * Sends the subscription events of the log (src/dispatch/events/log.ts) in
+ * this process: up to `concurrency` subscriptions at once, each claimed by one
+ * sender at a time. It claims when the notification trigger's NOTIFY says a
+ * statement recorded events, when one of its deliveries ends (the
+ * subscription may have more), and every second. Its id must be registered in
+ * webhook.worker_pools before it starts (src/dispatch/worker.ts does).
+ */
+export function startEventSender(context: DispatchContext, { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string }): EventSender {
+  const { logger } = context;
+  const working = new Map<string, Promise<void>>();
+  const targets = new TargetCache();
+  const shutdown = new AbortController();
+  let stopping = false;
+  // Whether there may be events to claim; wake() resumes the loop when it sleeps.
+  let wanted = true;
+  let wake = () => {};
+  const nudge = () => {
+    wanted = true;
+    wake();
+  };
+
+  const listener = listenForEvents(connectionString, nudge, logger, () => stopping);
+  const poll = setInterval(nudge, pollIntervalMs);
+  poll.unref();
+
+  const deliver = async (claim: Claim, versions: Promise<Versions>): Promise<void> => {
+    try {
+      const target = await targets.get(context, claim);
+      // Changed since the claim (switched off, deactivated): its events were abandoned with the change.
+      if (target?.status !== 'active') {
+        await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
+        return;
+      }
+      await deliverClaim(context, id, claim, target, await versions, shutdown.signal);
+    } catch (error) {
+      // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
+      logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');
+      await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false }).catch(() => undefined);
+    }
+  };
+
+  const loop = (async () => {
+    while (!stopping) {
+      const free = Math.min(concurrency - working.size, maxSubscriptionsPerClaim);
+      if (!wanted || free <= 0) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        continue;
+      }
+      wanted = false;
+      let claims: Claim[];
+      try {
+        claims = await claimEvents(context.db, id, free);
+      } catch (error) {
+        logger.warn({ err: error }, 'could not claim subscription events; trying again in 1 s');
+        await sleep(pollIntervalMs);
+        continue;
+      }
+      // A full claim may have left more behind.
+      if (claims.length === free) wanted = true;
+      if (claims.length === 0) continue;
+      // One read of the resource versions for all of them: a write matching many subscriptions is read once.
+      const versions = loadVersions(
+        context.db,
+        claims.flatMap((claim) => claim.events),
+      );
+      versions.catch(() => undefined);
+      for (const claim of claims) {
+        working.set(
+          claim.subscriptionId,
+          deliver(claim, versions).finally(() => {
+            working.delete(claim.subscriptionId);
+            nudge();
+          }),
+        );
+      }
+    }
+  })();
+
+  return {
+    id,
+    working: () => [...working.keys()],
+    stop: async () => {
+      stopping = true;
+      clearInterval(poll);
+      wake();
+      await loop;
+      await listener.close();
+      const finished = Promise.allSettled(working.values());
+      const timedOut = await Promise.race([finished.then(() => false), sleep(gracefulStopMs, true)]);
+      if (timedOut) {
+        shutdown.abort();
+        await finished;
+      }
+    },
+  };
+}
+
+/** A sender's id: its host and process, for whoever reads webhook.worker_pools, and a random part. */
+export function newSenderId(): string {
+  return `event-sender:${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * The subscriptions as the sender last read them (secrets decrypted), reused
+ * while their versionId is the one a claim reports: a busy subscription is
+ * read once, not once per claim.
+ */
+class TargetCache {
+  private readonly byId = new Map<string, { version: number; target: Target | undefined }>();
+
+  async get(context: DispatchContext, claim: Claim): Promise<Target | undefined> {
+    const cached = this.byId.get(claim.subscriptionId);
+    if (cached?.version === claim.subscriptionVersion) return cached.target;
+    const target = await loadTarget(context, claim.subscriptionId);
+    // Bounded: a process serving more subscriptions than this reads some again.
+    if (this.byId.size >= 10_000) this.byId.clear();
+    this.byId.set(claim.subscriptionId, { version: claim.subscriptionVersion, target });
+    return target;
+  }
+}
+
+/**
+ * LISTENs on the notification trigger's channel on a connection of its own,
+ * calling `notified` for each notification; connects again after an error
+ * (the poll covers the gap).
+ */
+function listenForEvents(connectionString: string, notified: () => void, logger: DispatchContext['logger'], stopping: () => boolean): { close(): Promise<void> } {
+  let client: pg.Client | undefined;
+  let retry: NodeJS.Timeout | undefined;
+  const connect = async () => {
+    const next = new pg.Client({ connectionString, connectionTimeoutMillis: 5_000 });
+    next.on('notification', notified);
+    next.on('error', (error) => {
+      logger.warn({ err: error }, 'the event listener lost its database connection; connecting again');
+      void next.end().catch(() => undefined);
+      if (client === next) client = undefined;
+      schedule();
+    });
+    try {
+      await next.connect();
+      await next.query(`LISTEN ${eventsChannel}`);
+      if (stopping()) return void (await next.end());
+      client = next;
+      notified();
+    } catch (error) {
+      logger.warn({ err: error }, 'the event listener could not connect; trying again in 1 s');
+      await next.end().catch(() => undefined);
+      schedule();
+    }
+  };
+  const schedule = () => {
+    if (stopping() || retry !== undefined) return;
+    retry = setTimeout(() => {
+      retry = undefined;
+      void connect();
+    }, pollIntervalMs);
+    retry.unref();
+  };
+  void connect();
+  return {
+    close: async () => {
+      clearTimeout(retry);
+      await client?.end().catch(() => undefined);
+    },
+  };
+}
