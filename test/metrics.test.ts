@@ -25,7 +25,7 @@ function samples(text: string): Map<string, number> {
 }
 
 /** An API serving /metrics and workers counting into the same registry, with a receiver; closed after the file. */
-async function measuredStack(environment: Record<string, string>): Promise<{ t: TestApp; receiver: Receiver }> {
+async function measuredStack(environment: Record<string, string>): Promise<{ t: TestApp; receiver: Receiver; stopWorkers: () => Promise<void> }> {
   const t = await startTestApp({ metrics: true });
   cleanups.push(() => t.close());
   const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '50', ...environment });
@@ -33,7 +33,7 @@ async function measuredStack(environment: Record<string, string>): Promise<{ t: 
   cleanups.push(() => workers.stop());
   const receiver = await startReceiver();
   cleanups.push(() => receiver.close());
-  return { t, receiver };
+  return { t, receiver, stopWorkers: () => workers.stop() };
 }
 
 describe('/metrics after real deliveries', () => {
@@ -90,6 +90,29 @@ describe('/metrics after real deliveries', () => {
     // The alert job waits for graphile-worker's retry: the queue gauge reads it from the database.
     const alertJobs = [...failed].filter(([series]) => series.startsWith('fhir_webhooks_jobs{task="deactivation_alert"'));
     expect(alertJobs.reduce((sum, [, count]) => sum + count, 0)).toBe(1);
+  });
+});
+
+describe('/metrics while no worker runs', () => {
+  it('reads the waiting event and its age from the database', { timeout: 30_000 }, async () => {
+    const { t, receiver, stopWorkers } = await measuredStack({});
+    const scrape = async () => samples((await t.app.inject({ method: 'GET', url: '/metrics' })).body);
+    await subscribe(t, 'Patient?family=Waiting', receiver.url);
+    await waitFor(async () => ((await scrape()).get('fhir_webhooks_subscriptions{status="active"}') === 1 ? true : undefined), 10_000, 'the activation');
+    expect((await scrape()).get('fhir_webhooks_events{state="waiting"}')).toBe(0);
+    expect((await scrape()).get('fhir_webhooks_oldest_waiting_event_age_seconds')).toBe(0);
+    await stopWorkers();
+    await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] });
+    const waiting = await waitFor(async () => {
+      const now = await scrape();
+      return (now.get('fhir_webhooks_oldest_waiting_event_age_seconds') ?? 0) > 0.2 ? now : undefined;
+    }, 10_000, 'the event waiting');
+    expect(waiting.get('fhir_webhooks_events{state="waiting"}')).toBe(1);
+    expect(waiting.get('fhir_webhooks_events{state="sending"}')).toBe(0);
+    expect(waiting.get('fhir_webhooks_events{state="scheduled"}')).toBe(0);
+    expect(waiting.get('fhir_webhooks_oldest_waiting_event_age_seconds')).toBeLessThan(10);
+    // The handshake only.
+    expect(receiver.calls).toHaveLength(1);
   });
 });
 

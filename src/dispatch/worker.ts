@@ -149,15 +149,17 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   };
   supervise(current);
 
-  return {
-    stop: async () => {
-      stopping = true;
-      await Promise.all([sender.stop(), current.runner.stop().catch(() => undefined)]);
-      await senderLiveness.stop().catch(() => undefined);
-      await current.liveness.stop().catch(() => undefined);
-      await closeAll();
-    },
+  // Stopping twice (a signal during a shutdown, a test's own stop then its cleanup) waits for the
+  // one shutdown: graphile-worker's runner must not be released twice.
+  let stopped: Promise<void> | undefined;
+  const stopAll = async () => {
+    stopping = true;
+    await Promise.all([sender.stop(), current.runner.stop().catch(() => undefined)]);
+    await senderLiveness.stop().catch(() => undefined);
+    await current.liveness.stop().catch(() => undefined);
+    await closeAll();
   };
+  return { stop: () => (stopped ??= stopAll()) };
 }
 
 type RunningPool = { runner: Runner; poolId: string; liveness: Liveness };
