@@ -18,6 +18,8 @@ beforeEach(async () => {
   await database.pool.query('DELETE FROM fhir.resources');
   await database.pool.query('DELETE FROM fhir.resource_history');
   await database.pool.query(`SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs))`);
+  // Both senders live (heard from now), whatever the time the tests before took.
+  await database.pool.query(`UPDATE webhook.worker_pools SET last_seen = now() WHERE pool_id IN ('sender-a', 'sender-b')`);
 });
 
 /** A stored subscription, as the API would store it (secrets are irrelevant to the triggers). */
@@ -174,6 +176,8 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
   const release = (senderId: string, subscriptionId: string) => settleClaim(database.db, { senderId, subscriptionId }, [], [], { resetFailureCount: false });
 
   it('take the due events of several subscriptions at once, each subscription by one sender at a time', async () => {
+    // sender-b silent for a minute: sender-a is the only live sender, and every subscription its share.
+    await database.pool.query(`UPDATE webhook.worker_pools SET last_seen = now() - interval '1 minute' WHERE pool_id = 'sender-b'`);
     const first = await subscribe('Appointment?status=booked', 'active');
     const second = await subscribe('Appointment', 'active');
     await write('a1');
@@ -189,6 +193,24 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     const again = await claimEvents(database.db, 'sender-b', 10);
     expect(again.map((claim) => claim.subscriptionId)).toEqual([first]);
     expect(again[0]!.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([['a1', 1], ['a2', 2], ['a3', 3]]);
+  });
+
+  it('take their share each, between live senders: the subscriptions with pending events over the senders, oldest pending event first', async () => {
+    const statuses = ['proposed', 'noshow', 'cancelled', 'booked'];
+    const subscriptions = new Map<string, string>();
+    for (const status of statuses) subscriptions.set(status, await subscribe(`Appointment?status=${status}`, 'active'));
+    // One write per subscription, in this order: the first waits longest.
+    for (const status of statuses) await write(`for-${status}`, status);
+    const claimed = async (senderId: string) => (await claimEvents(database.db, senderId, 10)).map((claim) => claim.subscriptionId).sort();
+    const of = (...chosen: string[]) => chosen.map((status) => subscriptions.get(status)!).sort();
+    expect(await claimed('sender-a')).toEqual(of('proposed', 'noshow'));
+    // Its share (4 subscriptions, 2 senders) is taken: the rest is left to the other sender.
+    expect(await claimed('sender-a')).toEqual([]);
+    expect(await claimed('sender-b')).toEqual(of('cancelled', 'booked'));
+    // Released with its event pending, it is sender-a's to take again, not sender-b's, which holds its share.
+    await release('sender-a', subscriptions.get('proposed')!);
+    expect(await claimed('sender-b')).toEqual([]);
+    expect(await claimed('sender-a')).toEqual(of('proposed'));
   });
 
   it('take at most maxEventsPerClaim events of a subscription, numbered on from the last, gapless', async () => {

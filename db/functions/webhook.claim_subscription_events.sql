@@ -12,7 +12,15 @@
 --
 -- The subscriptions with pending events are found by a loose scan of the
 -- pending-events index (one probe per such subscription): idle subscriptions
--- cost nothing, however many there are.
+-- cost nothing, however many there are. The free ones are claimed oldest
+-- pending event first, so that no subscription waits behind busier ones.
+--
+-- Each worker takes at most its share: the subscriptions with pending events
+-- divided by the live workers (webhook.worker_pools, event senders heard from
+-- in the last 20 seconds), less those it holds. Without it, a worker that
+-- releases a subscription would claim it again at once, and the others, which
+-- claim when a write's NOTIFY or their poll wakes them, would find nothing
+-- free: one process would do the work of all.
 --
 -- In the claim, before anything is sent:
 --   * an event is superseded (and settled so, without a number) when the
@@ -29,31 +37,47 @@ CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_su
   LANGUAGE plpgsql
   AS $$
 DECLARE
+  pending_subscriptions integer;
+  mine integer;
+  live_workers integer;
+  candidates uuid[];
   claimed uuid[];
   batch bigint[];
 BEGIN
-  WITH RECURSIVE with_pending(subscription_id) AS (
-    (SELECT e.subscription_id FROM webhook.subscription_events e
-      WHERE e.status = 'pending' ORDER BY e.subscription_id LIMIT 1)
+  WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
+    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
+      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
     UNION ALL
-    SELECT (SELECT e.subscription_id FROM webhook.subscription_events e
-             WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
-             ORDER BY e.subscription_id LIMIT 1)
+    SELECT next.subscription_id, next.id
     FROM with_pending
-    WHERE with_pending.subscription_id IS NOT NULL
+    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
+                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
+                         ORDER BY e.subscription_id, e.id LIMIT 1) next
   )
+  SELECT count(*),
+         count(*) FILTER (WHERE stream.claimed_by = worker),
+         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
+  INTO pending_subscriptions, mine, candidates
+  FROM with_pending
+  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
+
+  SELECT greatest(count(*), 1) INTO live_workers
+  FROM webhook.worker_pools pool
+  WHERE pool.kind = 'event-sender' AND pool.last_seen > now() - interval '20 seconds';
+
   SELECT array_agg(free.subscription_id) INTO claimed
   FROM (
     SELECT stream.subscription_id
-    FROM with_pending
-    JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id
+    FROM unnest(candidates) WITH ORDINALITY AS candidate(subscription_id, place)
+    JOIN webhook.subscription_streams stream ON stream.subscription_id = candidate.subscription_id
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
     WHERE stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
                      AND (e.not_before IS NULL OR e.not_before <= now()))
-    LIMIT max_subscriptions
+    ORDER BY candidate.place
+    LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
     FOR UPDATE OF stream SKIP LOCKED
   ) free;
   IF claimed IS NULL THEN
