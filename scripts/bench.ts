@@ -4,26 +4,33 @@
  * noisy machine (issue 9). Runs on DATABASE_URL's server or a throwaway
  * embedded PostgreSQL, in a scratch database it drops afterwards.
  *
- * Rows measured so far:
+ * Rows, with their targets (issue 17):
  *   ceiling    graphile-worker alone: no-op jobs/s at concurrency 10, from the
  *              commit of one statement adding them to the empty queue
  *   receiver   the receiver's own capacity: undici POSTs/s, no dispatcher
  *   drain      deliveries/s from the commit of ONE statement writing N matching
- *              rows to the last delivery (1 subscription)
- *   fan-out    10 subscriptions matching the same 2,000 events
+ *              rows to the last delivery (1 subscription): ≥ 2× the ceiling
+ *   fan-out    10 subscriptions matching the same 2,000 events: ≥ drain
  *   API burst  5,000 resources in transaction Bundles of 250 through the API
  *              (in this process), first write → last delivery
- *   writer     a Bundle of 250 with 1 matching subscription vs none (median)
+ *   writer     a Bundle of 250 with 1 matching subscription vs none (median): ≤ 1.3×
+ *   broad      1,000 subscriptions all matching 20 single-row writes: ≥ 2× the ceiling
  *   latency    single-row INSERTs at 100/s for 10 s matching 1, then 11
- *              subscriptions: p50/p95/p99/max from commit to receipt
- *   backlog    100,000 events queued while no worker runs, then drained: the
- *              rate of the last 10% against the first 10%, no job left behind
- *   peak RSS   of this process, which runs the dispatcher
+ *              subscriptions: p99 commit → receipt ≤ 10 ms, ≤ 20 ms
+ *   sparse     1,000 subscriptions, each write at 100/s matching one: p99 ≤ 20 ms
+ *   isolation  20 hanging subscribers beside one at 10 writes/s: its p99 ≤ 50 ms
+ *   backlog    100,000 events recorded while no worker runs, then drained: the
+ *              rate of the last 10% ≥ 0.8× the first 10%, nothing left behind
+ *   peak RSS   of this process, which runs the dispatcher: ≤ 300 MiB
+ *   two processes  fan-out 10 × 2,000 by two `worker` processes vs one: ≥ 1.3×
+ *   NOTIFY     commits/s of 8 writers with a NOTIFY each vs none (what the
+ *              one NOTIFY per writing statement costs)
  * Every delivery is checked: each event arrives exactly once per matching
  * subscription, with a valid signature (duplicates and misses are reported).
- * Still to come (issue 9): isolation from hanging subscribers.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
@@ -47,10 +54,14 @@ const options = new Command('npm run bench --')
   .option('--json', 'print the figures as JSON')
   .option('--rows <n>', 'rows written by the drain statement', '20000')
   .option('--backlog <n>', 'events queued before the workers start', '100000')
+  .option('--only <rows>', 'only the rows whose names start with these, comma-separated (the ceilings always run)')
   .parse()
-  .opts<{ json?: boolean; rows: string; backlog: string }>();
+  .opts<{ json?: boolean; rows: string; backlog: string; only?: string }>();
 
-type Row = { row: string; figure: number; unit: string; ratioToCeiling?: number; target?: string; met?: boolean; checks?: string };
+/** Whether a row is to be measured in this run (--only). */
+const wanted = (name: string) => options.only === undefined || options.only.split(',').some((prefix) => name.startsWith(prefix.trim()));
+
+type Row = { row: string; figure: number; unit: string; ratioToCeiling?: number; target?: string; met?: boolean; checks?: string; peakRssMiB?: number };
 
 const secret = randomBytes(16).toString('hex');
 /** One key for every dispatcher phase: a subscription made in one is read in the next. */
@@ -105,22 +116,93 @@ async function receiverCapacity(receiver: BenchReceiver, posts: number): Promise
 
 type Bench = { database: DatabaseHandle; receiver: BenchReceiver; context: SubscriptionContext };
 
-/** The dispatcher process's peak RSS, sampled every 50 ms while workers run. */
+/** This process's peak RSS in the row being measured. */
 let peakRss = 0;
 
 async function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>): Promise<T> {
   const config = loadConfig({ DATABASE_URL: url, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', LOG_LEVEL: 'warn' });
   // As src/service.ts opens it for the API (the workers open their own pool).
   const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle connection failed'));
-  const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage.rss())), 50);
   const workers = await startWorkers(config, database, secretsKey, logger);
   try {
-    const context = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook' };
-    return await body({ database, receiver, context });
+    return await body({ database, receiver, context: subscriptionContext });
   } finally {
-    clearInterval(sampler);
     await workers.stop();
     await database.close();
+  }
+}
+
+/** How the bench stores subscriptions, as the API would. */
+const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook' };
+
+/**
+ * `processes` worker processes (`src/cli.ts worker`, as an operator starts
+ * them) on the database, while `body` subscribes and writes from this one;
+ * then SIGTERM, and their exit.
+ */
+async function withWorkerProcesses<T>(url: string, receiver: BenchReceiver, processes: number, body: (bench: Bench) => Promise<T>): Promise<T> {
+  const environment = { ...process.env, DATABASE_URL: url, SECRETS_ENCRYPTION_KEY: secretsKey.toString('base64'), WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', MIGRATE_ON_START: 'false', LOG_LEVEL: 'warn' };
+  const children = Array.from({ length: processes }, () => spawn(process.execPath, ['src/cli.ts', 'worker'], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
+  const exited = children.map((child) => once(child, 'exit'));
+  const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle connection failed'));
+  try {
+    return await body({ database, receiver, context: subscriptionContext });
+  } finally {
+    for (const child of children) child.kill('SIGTERM');
+    await Promise.all(exited);
+    await database.close();
+  }
+}
+
+/** Fan-out 10 × 2,000 delivered by one worker process, then by two: the second's rate over the first's. */
+async function twoProcesses(url: string, receiver: BenchReceiver): Promise<Row> {
+  const one = await withWorkerProcesses(url, receiver, 1, (bench) => fanOutRate(bench, 10, 2_000, 'one process'));
+  const two = await withWorkerProcesses(url, receiver, 2, (bench) => fanOutRate(bench, 10, 2_000, 'two processes'));
+  return {
+    row: 'two worker processes vs one (`worker` command): fan-out 10 subscriptions × 2,000 events',
+    figure: two.rate / one.rate,
+    unit: '×',
+    target: '≥ 1.3×',
+    met: two.rate / one.rate >= 1.3,
+    checks: `one process ${Math.round(one.rate)}/s, two ${Math.round(two.rate)}/s; ${two.checks}`,
+  };
+}
+
+/**
+ * What a NOTIFY costs committing writers (PostgreSQL serialises notifying
+ * commits): 8 clients committing single-row INSERTs into a table of their
+ * own for 3 s, with a pg_notify in each statement, then without.
+ */
+async function notifyCost(url: string): Promise<Row> {
+  const clients = await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      return client;
+    }),
+  );
+  try {
+    await clients[0]!.query('CREATE TABLE IF NOT EXISTS bench_notify_cost (written_at timestamptz DEFAULT now())');
+    const commitsPerSecond = async (statement: string) => {
+      let commits = 0;
+      const deadline = wallNow() + 3_000;
+      await Promise.all(
+        clients.map(async (client) => {
+          for (; wallNow() < deadline; commits++) await client.query(statement);
+        }),
+      );
+      return commits / 3;
+    };
+    const notifying = await commitsPerSecond(`WITH written AS (INSERT INTO bench_notify_cost DEFAULT VALUES) SELECT pg_notify('bench_notify_cost', '')`);
+    const plain = await commitsPerSecond('INSERT INTO bench_notify_cost DEFAULT VALUES');
+    return {
+      row: 'NOTIFY at commit: 8 writers committing single-row INSERTs, with a NOTIFY each vs none',
+      figure: notifying / plain,
+      unit: '×',
+      checks: `${Math.round(notifying)} notifying commits/s, ${Math.round(plain)} plain commits/s`,
+    };
+  } finally {
+    await Promise.all(clients.map((client) => client.end()));
   }
 }
 
@@ -146,11 +228,11 @@ async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promis
 }
 
 /**
- * Writes with one statement, then waits until every path got every id once:
- * deliveries/s from the statement's commit to the last delivery, and what did
- * not arrive exactly once or was badly signed.
+ * Writes, then waits until every path got every id once: deliveries/s from
+ * the write's first commit (the time `write` returns) to the last delivery,
+ * and what did not arrive exactly once or was badly signed.
  */
-async function deliverAll(bench: Bench, paths: string[], ids: string[], write: () => Promise<unknown>): Promise<{ rate: number; checks: string }> {
+async function deliverAll(bench: Bench, paths: string[], ids: string[], write: () => Promise<number>): Promise<{ rate: number; checks: string }> {
   const expected = new Set(ids);
   const seen = new Map(paths.map((path) => [path, new Map<string, number>()]));
   let badSignatures = 0;
@@ -166,8 +248,7 @@ async function deliverAll(bench: Bench, paths: string[], ids: string[], write: (
     received++;
     last = Math.max(last, receipt.receivedAt);
   });
-  await write();
-  const committed = wallNow();
+  const committed = await write();
   const total = paths.length * ids.length;
   await until(async () => [...seen.values()].every((counts) => counts.size === ids.length), 60_000 + total * 5, `${total} deliveries`);
   await sleep(500);
@@ -181,11 +262,13 @@ async function drain(bench: Bench, rows: number): Promise<Row> {
   const ids = Array.from({ length: rows }, (_, n) => `drain-${n + 1}`);
   const { result, profile } = await profiled(bench.database.connectionString, () =>
     deliverAll(bench, [path!], ids, () =>
-      bench.database.pool.query(
-        `INSERT INTO fhir.resources (content)
-         SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'drain-' || n, 'status', 'booked', 'participant', jsonb_build_array())
-         FROM generate_series(1, $1::int) n`,
-        [rows],
+      committedAt(
+        bench.database.pool.query(
+          `INSERT INTO fhir.resources (content)
+           SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'drain-' || n, 'status', 'booked', 'participant', jsonb_build_array())
+           FROM generate_series(1, $1::int) n`,
+          [rows],
+        ),
       ),
     ),
   );
@@ -253,20 +336,67 @@ async function profiled<T>(url: string, work: () => Promise<T>): Promise<{ resul
   }
 }
 
-async function fanOut(bench: Bench, subscriptions: number, events: number): Promise<Row> {
-  // Different criteria strings (one live subscription per criteria) that all match a final Observation.
-  const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=final,bench-${n + 1}`);
+/** When a write's promise settles: its commit, as the writer sees it. */
+async function committedAt(write: Promise<unknown>): Promise<number> {
+  await write;
+  return wallNow();
+}
+
+/** Fan-out: `subscriptions` subscriptions matching each of the `events` rows of ONE statement. */
+async function fanOut(bench: Bench, subscriptions: number, events: number, label = 'fan-out'): Promise<Row> {
+  const { rate, checks } = await fanOutRate(bench, subscriptions, events, label);
+  return { row: `${label}: ${subscriptions} subscriptions × ${events.toLocaleString('en-US')} events`, figure: rate, unit: 'deliveries/s', checks };
+}
+
+async function fanOutRate(bench: Bench, subscriptions: number, events: number, label: string): Promise<{ rate: number; checks: string }> {
+  // Different criteria strings (one live subscription per criteria) that all match a final Observation of this run.
+  const prefix = label.replace(/\W+/g, '-');
+  const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=final,${prefix}-${n + 1}&code=${prefix}`);
   const paths = await subscribe(bench, criteria);
-  const ids = Array.from({ length: events }, (_, n) => `fan-${n + 1}`);
-  const { rate, checks } = await deliverAll(bench, paths, ids, () =>
-    bench.database.pool.query(
-      `INSERT INTO fhir.resources (content)
-       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'fan-' || n, 'status', 'final', 'code', jsonb_build_object('text', 'bench'))
-       FROM generate_series(1, $1::int) n`,
-      [events],
+  const ids = Array.from({ length: events }, (_, n) => `${prefix}-${n + 1}`);
+  const result = await deliverAll(bench, paths, ids, () =>
+    committedAt(
+      bench.database.pool.query(
+        `INSERT INTO fhir.resources (content)
+         SELECT jsonb_build_object('resourceType', 'Observation', 'id', $2 || '-' || n, 'status', 'final', 'code', jsonb_build_object('coding', jsonb_build_array(jsonb_build_object('code', $2::text))))
+         FROM generate_series(1, $1::int) n`,
+        [events, prefix],
+      ),
     ),
   );
-  return { row: `fan-out: ${subscriptions} subscriptions × ${events.toLocaleString('en-US')} events`, figure: rate, unit: 'deliveries/s', checks };
+  await switchOff(bench, criteria);
+  return result;
+}
+
+/**
+ * Broad: `subscriptions` subscriptions (distinct criteria) all matching each of
+ * `writes` single-row INSERTs, one after the other: deliveries/s from the
+ * first commit to the last delivery.
+ */
+async function broad(bench: Bench, subscriptions: number, writes: number): Promise<Row> {
+  const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=preliminary,broad-${n + 1}`);
+  const paths = await subscribe(bench, criteria);
+  const ids = Array.from({ length: writes }, (_, n) => `broad-${n + 1}`);
+  const { rate, checks } = await deliverAll(bench, paths, ids, async () => {
+    let first: number | undefined;
+    for (const id of ids) {
+      await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Observation', id, status: 'preliminary', code: { text: 'broad' } })]);
+      first ??= wallNow();
+    }
+    return first!;
+  });
+  await switchOff(bench, criteria);
+  return {
+    row: `broad: ${subscriptions.toLocaleString('en-US')} subscriptions all matching ${writes} single-row writes`,
+    figure: rate,
+    unit: 'deliveries/s',
+    checks,
+  };
+}
+
+/** Switches subscriptions off (as a client's PUT would), so that the rows after do not write events for them. */
+async function switchOff(bench: Bench, criteria: string[]): Promise<void> {
+  await bench.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE criteria = ANY($1) AND status <> 'off'`, [criteria]);
 }
 
 /** Transaction Bundles of `size` new resources, as an API client posts them. */
@@ -335,8 +465,8 @@ async function writerCost(bench: Bench): Promise<Row> {
     row: 'writer cost: a transaction Bundle of 250 with 1 matching subscription vs none',
     figure: one / none,
     unit: '×',
-    target: '≤ 1.5×',
-    met: one / none <= 1.5,
+    target: '≤ 1.3×',
+    met: one / none <= 1.3,
     checks: `median ${none.toFixed(0)} ms with none, ${one.toFixed(0)} ms with one`,
   };
 }
@@ -348,6 +478,32 @@ async function writerCost(bench: Bench): Promise<Row> {
 async function latency(bench: Bench, subscriptions: number, status: string): Promise<Row> {
   const criteria = Array.from({ length: subscriptions }, (_, n) => `Encounter?status=${status},bench-${n + 1}`);
   const paths = await subscribe(bench, criteria);
+  const latencies = await pacedLatencies(bench, paths, subscriptions, (n) => ({ resourceType: 'Encounter', id: `${status}-${n}`, status, class: { code: 'AMB' } }));
+  await switchOff(bench, criteria);
+  return latencyRow(`latency at 100 writes/s, ${subscriptions} matching subscription${subscriptions === 1 ? '' : 's'}`, latencies, subscriptions === 1 ? 10 : 20);
+}
+
+/**
+ * Sparse: `subscriptions` subscriptions, each on its own identifier; single-row
+ * INSERTs at 100 per second for 10 s, each matching one of them in turn.
+ */
+async function sparse(bench: Bench, subscriptions: number): Promise<Row> {
+  const system = 'http://bench.example/sparse';
+  const criteria = Array.from({ length: subscriptions }, (_, n) => `Encounter?identifier=${system}|s-${n + 1}`);
+  const paths = await subscribe(bench, criteria);
+  const latencies = await pacedLatencies(bench, paths, 1, (n) => ({
+    resourceType: 'Encounter',
+    id: `sparse-${n}`,
+    status: 'planned',
+    class: { code: 'AMB' },
+    identifier: [{ system, value: `s-${((n - 1) % subscriptions) + 1}` }],
+  }));
+  await switchOff(bench, criteria);
+  return latencyRow(`sparse: ${subscriptions.toLocaleString('en-US')} subscriptions, each write at 100/s matching one`, latencies, 20);
+}
+
+/** Writes `resource(n)` for n = 1…1,000 at 100 per second, one row per INSERT: commit → receipt of each of its `matches` deliveries. */
+async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => { id: string }): Promise<number[]> {
   const writes = 1_000;
   const acknowledged = new Map<string, number>();
   const latencies: number[] = [];
@@ -359,19 +515,22 @@ async function latency(bench: Bench, subscriptions: number, status: string): Pro
   for (let n = 1; n <= writes; n++) {
     const due = started + n * 10;
     if (due > wallNow()) await sleep(due - wallNow());
-    const id = `${status}-${n}`;
-    await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Encounter', id, status, class: { code: 'AMB' } })]);
-    acknowledged.set(id, wallNow());
+    const written = resource(n);
+    await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify(written)]);
+    acknowledged.set(written.id, wallNow());
   }
-  await until(async () => latencies.length >= writes * subscriptions, 60_000, `${writes * subscriptions} deliveries`);
+  await until(async () => latencies.length >= writes * matches, 60_000, `${writes * matches} deliveries`);
+  return latencies;
+}
+
+function latencyRow(label: string, latencies: number[], targetMs: number): Row {
   const p = (fraction: number) => percentile(latencies, fraction);
-  const target = subscriptions === 1 ? 10 : 50;
   return {
-    row: `latency at 100 writes/s, ${subscriptions} matching subscription${subscriptions === 1 ? '' : 's'}: p99 commit → receipt`,
+    row: `${label}: p99 commit → receipt`,
     figure: p(0.99),
     unit: 'ms',
-    target: `p99 ≤ ${target} ms`,
-    met: p(0.99) <= target,
+    target: `p99 ≤ ${targetMs} ms`,
+    met: p(0.99) <= targetMs,
     checks: `p50 ${p(0.5).toFixed(1)} ms, p95 ${p(0.95).toFixed(1)} ms, p99 ${p(0.99).toFixed(1)} ms, max ${Math.max(...latencies).toFixed(1)} ms over ${latencies.length} deliveries`,
   };
 }
@@ -384,7 +543,8 @@ async function latency(bench: Bench, subscriptions: number, status: string): Pro
  */
 async function isolation(bench: Bench): Promise<Row> {
   const hanging = 20;
-  await subscribe(bench, Array.from({ length: hanging }, (_, n) => `Observation?code=hang-${n + 1}`), '/hang');
+  const hangingCriteria = Array.from({ length: hanging }, (_, n) => `Observation?code=hang-${n + 1}`);
+  await subscribe(bench, hangingCriteria, '/hang');
   const [path] = await subscribe(bench, ['Encounter?status=entered-in-error']);
   const writes = 100;
   const committed = new Map<string, number>();
@@ -409,16 +569,8 @@ async function isolation(bench: Bench): Promise<Row> {
     committed.set(id, wallNow());
   }
   await until(async () => latencies.length >= writes, 60_000, `${writes} deliveries`);
-  await bench.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE criteria LIKE 'Observation?code=hang-%'`);
-  const p = (fraction: number) => percentile(latencies, fraction);
-  return {
-    row: `isolation: ${hanging} hanging subscribers, an unrelated one at 10 writes/s: p99 commit → receipt`,
-    figure: p(0.99),
-    unit: 'ms',
-    target: 'p99 ≤ 100 ms',
-    met: p(0.99) <= 100,
-    checks: `p50 ${p(0.5).toFixed(1)} ms, p99 ${p(0.99).toFixed(1)} ms, max ${Math.max(...latencies).toFixed(1)} ms over ${latencies.length} deliveries`,
-  };
+  await switchOff(bench, hangingCriteria);
+  return latencyRow(`isolation: ${hanging} hanging subscribers, an unrelated one at 10 writes/s`, latencies, 50);
 }
 
 /**
@@ -477,11 +629,12 @@ async function until(check: () => Promise<boolean>, timeoutMs: number, what: str
   }
 }
 
+/** The targets that are ratios to other rows of the run: drain and broad ≥ 2× the graphile-worker ceiling, fan-out ≥ drain. */
 function withTargets(rows: Row[]): Row[] {
   const ceiling = rows.find((row) => row.row.startsWith('ceiling: graphile-worker'))!.figure;
   const drainRate = rows.find((row) => row.row.startsWith('drain'))?.figure;
   return rows.map((row) => {
-    if (row.row.startsWith('drain')) return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 1.0× the ceiling', met: row.figure >= ceiling };
+    if (row.row.startsWith('drain') || row.row.startsWith('broad')) return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 2× the ceiling', met: row.figure >= 2 * ceiling };
     if (row.row.startsWith('fan-out') && drainRate !== undefined) {
       return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ drain', met: row.figure >= drainRate };
     }
@@ -503,7 +656,10 @@ function print(rows: Row[]): void {
   const table = [['row', 'figure', 'vs ceiling', 'target'], ...rows.map(format)];
   const widths = table[0]!.map((_, column) => Math.max(...table.map((line) => line[column]!.length)));
   for (const line of table) console.log(line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd());
-  for (const row of rows) if (row.checks) console.log(`  ${row.row.split(':')[0]}: ${row.checks}`);
+  for (const row of rows) {
+    const details = [row.checks, row.peakRssMiB === undefined ? undefined : `this process's peak RSS ${row.peakRssMiB.toFixed(0)} MiB`].filter((detail) => detail !== undefined);
+    if (details.length > 0) console.log(`  ${row.row.split(':')[0]}: ${details.join('; ')}`);
+  }
 }
 
 const scratch = await createScratchDatabase();
@@ -511,17 +667,33 @@ const receiver = await startBenchReceiver(secret);
 try {
   // The dispatcher first, so that its peak RSS owes nothing to the ceilings' runs in this process.
   const measured: Row[] = [];
+  /** Measures a row (when wanted) with this process's peak RSS while it ran (sampled every 50 ms). */
+  const measure = async (name: string, row: () => Promise<Row>) => {
+    if (!wanted(name)) return;
+    peakRss = process.memoryUsage.rss();
+    const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage.rss())), 50);
+    try {
+      measured.push({ ...(await row()), peakRssMiB: peakRss / 1024 / 1024 });
+    } finally {
+      clearInterval(sampler);
+    }
+  };
   await withDispatcher(scratch.url, receiver, async (bench) => {
-    measured.push(await drain(bench, Number(options.rows)));
-    measured.push(await fanOut(bench, 10, 2_000));
-    measured.push(await apiBurst(bench));
-    measured.push(await writerCost(bench));
-    measured.push(await latency(bench, 1, 'planned'));
-    measured.push(await latency(bench, 11, 'arrived'));
-    measured.push(await isolation(bench));
+    await measure('drain', () => drain(bench, Number(options.rows)));
+    await measure('fan-out', () => fanOut(bench, 10, 2_000));
+    await measure('api', () => apiBurst(bench));
+    await measure('writer', () => writerCost(bench));
+    await measure('broad', () => broad(bench, 1_000, 20));
+    await measure('latency', () => latency(bench, 1, 'planned'));
+    await measure('latency', () => latency(bench, 11, 'arrived'));
+    await measure('sparse', () => sparse(bench, 1_000));
+    await measure('isolation', () => isolation(bench));
   });
-  measured.push(await backlog(scratch.url, receiver, Number(options.backlog)));
-  measured.push({ row: 'peak RSS of the dispatcher process', figure: peakRss / 1024 / 1024, unit: 'MiB', target: '≤ 300 MiB', met: peakRss <= 300 * 1024 * 1024 });
+  await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
+  const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
+  measured.push({ row: 'peak RSS of the dispatcher process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });
+  await measure('two', () => twoProcesses(scratch.url, receiver));
+  await measure('notify', () => notifyCost(scratch.url));
   const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCapacity(receiver, 20_000)];
   print(withTargets([...ceilings, ...measured]));
 } finally {

