@@ -438,7 +438,7 @@ BEGIN
 
   SELECT greatest(count(*), 1) INTO live_workers
   FROM webhook.worker_pools pool
-  WHERE pool.kind = 'event-sender' AND pool.last_seen > now() - interval '20 seconds';
+  WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
 
   SELECT array_agg(free.subscription_id) INTO claimed
   FROM (
@@ -677,7 +677,7 @@ DECLARE
 BEGIN
   WITH silent AS (
     DELETE FROM webhook.worker_pools registered
-    WHERE registered.last_seen < now() - interval '20 seconds'
+    WHERE NOT webhook.worker_pool_is_live(registered.last_seen)
     RETURNING registered.pool_id, registered.kind
   )
   SELECT array_agg(silent.pool_id), array_agg(silent.kind) INTO silent_pools, silent_kinds FROM silent;
@@ -716,6 +716,14 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  LANGUAGE sql
  STABLE PARALLEL SAFE
 RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((newer.criteria = this.criteria) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
+
+CREATE OR REPLACE FUNCTION webhook.worker_pool_is_live(last_seen timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT last_seen >= now() - interval '20 seconds'
+$function$;
 
 CREATE TRIGGER resources_record_deletions AFTER DELETE ON fhir.resources REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION fhir.record_deletions();
 

@@ -63,7 +63,7 @@ BEGIN
 
   SELECT greatest(count(*), 1) INTO live_workers
   FROM webhook.worker_pools pool
-  WHERE pool.kind = 'event-sender' AND pool.last_seen > now() - interval '20 seconds';
+  WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
 
   SELECT array_agg(free.subscription_id) INTO claimed
   FROM (

@@ -33,7 +33,7 @@ DECLARE
 BEGIN
   WITH silent AS (
     DELETE FROM webhook.worker_pools registered
-    WHERE registered.last_seen < now() - interval '20 seconds'
+    WHERE NOT webhook.worker_pool_is_live(registered.last_seen)
     RETURNING registered.pool_id, registered.kind
   )
   SELECT array_agg(silent.pool_id), array_agg(silent.kind) INTO silent_pools, silent_kinds FROM silent;
