@@ -32,6 +32,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
@@ -121,6 +122,13 @@ const runningDispatchers = new Set<number>();
 /** The peak RSS of the worker processes that ran in the row being measured, in KiB. */
 let rowPeakRssKiB = 0;
 
+/**
+ * package.json's `cli` script: `npm run cli -- worker` runs it with `worker`
+ * in a shell, and so does the bench (its `exec` makes the shell's pid the
+ * worker's), with the same Node options as an operator's worker.
+ */
+const cliScript: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
+
 /** The dispatcher as an operator runs it: one `worker` process (see withWorkerProcesses). */
 function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>): Promise<T> {
   return withWorkerProcesses(url, receiver, 1, body);
@@ -130,13 +138,13 @@ function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: B
 const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook' };
 
 /**
- * `processes` worker processes (`src/cli.ts worker`, as an operator starts
+ * `processes` worker processes (`npm run cli -- worker`, as an operator starts
  * them) on the database, while `body` subscribes and writes from this one;
  * then SIGTERM, and their exit.
  */
 async function withWorkerProcesses<T>(url: string, receiver: BenchReceiver, processes: number, body: (bench: Bench) => Promise<T>): Promise<T> {
   const environment = { ...process.env, DATABASE_URL: url, SECRETS_ENCRYPTION_KEY: secretsKey.toString('base64'), WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', MIGRATE_ON_START: 'false', LOG_LEVEL: 'warn' };
-  const children = Array.from({ length: processes }, () => spawn(process.execPath, ['src/cli.ts', 'worker'], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
+  const children = Array.from({ length: processes }, () => spawn('/bin/sh', ['-c', `${cliScript} worker`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
   const exited = children.map((child) => once(child, 'exit'));
   const pids = children.map((child) => child.pid!);
   for (const pid of pids) runningDispatchers.add(pid);
