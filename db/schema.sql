@@ -407,6 +407,36 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer)
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  batch bigint[];
+BEGIN
+  PERFORM FROM webhook.subscription_streams stream
+  JOIN webhook.subscriptions s ON s.id = stream.subscription_id
+  WHERE stream.subscription_id = subscription AND stream.claimed_by = worker AND s.status = 'active';
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+
+  SELECT array_agg(due.id) INTO batch
+  FROM (
+    SELECT e.id FROM webhook.subscription_events e
+    WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
+      AND (e.not_before IS NULL OR e.not_before <= now())
+    ORDER BY e.id
+    LIMIT max_events
+  ) due;
+  IF batch IS NULL THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY SELECT * FROM webhook.prepare_claimed_events(batch);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer)
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
  LANGUAGE plpgsql
@@ -473,6 +503,44 @@ BEGIN
     LIMIT max_events
   ) due;
 
+  RETURN QUERY SELECT * FROM webhook.prepare_claimed_events(batch);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION webhook.create_subscription_stream()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  INSERT INTO webhook.subscription_streams (subscription_id) VALUES (NEW.id);
+  RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN sha256(convert_to(criteria, 'UTF8'::name));
+
+CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
+ RETURNS json
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+RETURN json_build_object('subscriptionId', subscription_id, 'resourceType', resource_type, 'resourceId', id, 'versionId', CASE WHEN deleted THEN (version_id + 1) ELSE version_id END, 'deleted', deleted);
+COMMENT ON FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean) IS 'The payload of subscription_reactivation jobs: resourceEvent in src/db/jobs.ts (test/notification-triggers.test.ts checks the two agree).';
+
+CREATE OR REPLACE FUNCTION webhook.notifies(resource_type text, content jsonb, predicate jsonpath)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN (((resource_type <> 'Bundle'::text) OR ((content ->> 'type'::text) = 'document'::text)) AND ((predicate IS NULL) OR COALESCE(jsonb_path_match(content, predicate, '{}'::jsonb, true), false)));
+
+CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
   WITH in_claim AS (
     SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id,
            max(e.version_id) OVER (PARTITION BY e.subscription_id, e.resource_type, e.resource_id) AS newest_claimed
@@ -515,35 +583,6 @@ BEGIN
     ORDER BY e.subscription_id, e.id;
 END
 $function$;
-
-CREATE OR REPLACE FUNCTION webhook.create_subscription_stream()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-  INSERT INTO webhook.subscription_streams (subscription_id) VALUES (NEW.id);
-  RETURN NULL;
-END
-$function$;
-
-CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
- RETURNS bytea
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE STRICT
-RETURN sha256(convert_to(criteria, 'UTF8'::name));
-
-CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
- RETURNS json
- LANGUAGE sql
- STABLE PARALLEL SAFE
-RETURN json_build_object('subscriptionId', subscription_id, 'resourceType', resource_type, 'resourceId', id, 'versionId', CASE WHEN deleted THEN (version_id + 1) ELSE version_id END, 'deleted', deleted);
-COMMENT ON FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean) IS 'The payload of subscription_reactivation jobs: resourceEvent in src/db/jobs.ts (test/notification-triggers.test.ts checks the two agree).';
-
-CREATE OR REPLACE FUNCTION webhook.notifies(resource_type text, content jsonb, predicate jsonpath)
- RETURNS boolean
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
-RETURN (((resource_type <> 'Bundle'::text) OR ((content ->> 'type'::text) = 'document'::text)) AND ((predicate IS NULL) OR COALESCE(jsonb_path_match(content, predicate, '{}'::jsonb, true), false)));
 
 CREATE OR REPLACE FUNCTION webhook.record_match_terms()
  RETURNS trigger

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
-import { claimEvents, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
+import { claimEvents, claimMoreEvents, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
 import { jobPayloads, taskFor, type JobName } from '../src/dispatch/tasks/jobs.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -235,6 +235,42 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     expect(rest!.events.map((event) => event.eventNumber)).toEqual([101, 102, 103, 104, 105]);
     const { rows } = await database.pool.query(`SELECT last_event_number::int FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
     expect(rows[0]).toEqual({ last_event_number: 105 });
+  });
+
+  it('go on, for the sender holding a subscription, with its events after its batch, numbered on, the claim kept', async () => {
+    const booked = await subscribe('Appointment?status=booked', 'active');
+    await database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', 'bulk-' || n, 'status', 'booked', 'participant', '[]'::jsonb)
+       FROM generate_series(1, $1::int) n`,
+      [maxEventsPerClaim + 5],
+    );
+    const [claim] = await claimEvents(database.db, 'sender-a', 10);
+    const last = claim!.events.at(-1)!.eventId;
+    // Only the sender holding it, and only the events after its batch (still pending while it sends them).
+    expect(await claimMoreEvents(database.db, 'sender-b', booked, last)).toEqual([]);
+    const more = await claimMoreEvents(database.db, 'sender-a', booked, last);
+    expect(more.map((event) => event.eventNumber)).toEqual([101, 102, 103, 104, 105]);
+    const firstBatch = new Set(claim!.events.map((event) => event.resourceId));
+    expect(more.filter((event) => firstBatch.has(event.resourceId))).toEqual([]);
+    // The first batch recorded with the claim kept: the stream is still sender-a's.
+    await settleClaim(
+      database.db,
+      { senderId: 'sender-a', subscriptionId: booked },
+      claim!.events.map((event) => ({ eventId: event.eventId, status: 'delivered', attempts: 1, notBefore: null })),
+      [],
+      { resetFailureCount: false, keepClaim: true },
+    );
+    const { rows } = await database.pool.query(`SELECT claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
+    expect(rows).toEqual([{ claimed_by: 'sender-a' }]);
+    expect(await claimMoreEvents(database.db, 'sender-a', booked, more.at(-1)!.eventId)).toEqual([]);
+    await write('later');
+    const later = await claimMoreEvents(database.db, 'sender-a', booked, more.at(-1)!.eventId);
+    expect(later.map((event) => [event.resourceId, event.eventNumber])).toEqual([['later', 106]]);
+    // Deactivated: nothing more.
+    await write('after-off');
+    await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [booked]);
+    expect(await claimMoreEvents(database.db, 'sender-a', booked, later[0]!.eventId)).toEqual([]);
   });
 
   it('set aside, unnumbered, a version older than another in the claim or than one already sent', async () => {

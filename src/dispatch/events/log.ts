@@ -39,17 +39,34 @@ export type Claim = {
 
 /** Claims the due events of up to `maxSubscriptions` subscriptions no sender is sending (db/functions/webhook.claim_subscription_events.sql). */
 export async function claimEvents(db: Db, senderId: string, maxSubscriptions: number): Promise<Claim[]> {
-  const { rows } = await sql<{
-    subscription_id: string;
-    subscription_version: number;
-    event_id: string;
-    event_number: string;
-    resource_type: string;
-    resource_id: string;
-    version_id: number;
-    deleted: boolean;
-    attempts: number;
-  }>`SELECT * FROM webhook.claim_subscription_events(${senderId}, ${maxSubscriptions}, ${maxEventsPerClaim})`.execute(db);
+  const { rows } = await sql<ClaimedRow>`SELECT * FROM webhook.claim_subscription_events(${senderId}, ${maxSubscriptions}, ${maxEventsPerClaim})`.execute(db);
+  return claimsOf(rows);
+}
+
+/**
+ * The next due events of a subscription this sender holds, after the event
+ * `afterEventId`, the claim kept (db/functions/webhook.claim_more_subscription_events.sql);
+ * none when it is no longer active or no longer this sender's.
+ */
+export async function claimMoreEvents(db: Db, senderId: string, subscriptionId: string, afterEventId: string): Promise<ClaimedEvent[]> {
+  const { rows } = await sql<ClaimedRow>`SELECT * FROM webhook.claim_more_subscription_events(${senderId}, ${subscriptionId}, ${afterEventId}, ${maxEventsPerClaim})`.execute(db);
+  return claimsOf(rows)[0]?.events ?? [];
+}
+
+/** A row of what the claim functions return (webhook.prepare_claimed_events). */
+type ClaimedRow = {
+  subscription_id: string;
+  subscription_version: number;
+  event_id: string;
+  event_number: string;
+  resource_type: string;
+  resource_id: string;
+  version_id: number;
+  deleted: boolean;
+  attempts: number;
+};
+
+function claimsOf(rows: ClaimedRow[]): Claim[] {
   const claims = new Map<string, Claim>();
   for (const row of rows) {
     let claim = claims.get(row.subscription_id);
@@ -97,9 +114,10 @@ export type EventOutcome = {
 export type AttemptRow = Omit<DeliveryAttemptsTable, 'id'>;
 
 /**
- * Records a claim's calls and its events' outcomes, and releases the claim,
- * in one statement (in the caller's transaction when it has state changes to
- * make with them); with `resetFailureCount`, a delivery ends the
+ * Records a claim's calls and its events' outcomes, and releases the claim
+ * unless `keepClaim` (a sender going on with the subscription's next
+ * events), in one statement (in the caller's transaction when it has state
+ * changes to make with them); with `resetFailureCount`, a delivery ends the
  * subscription's run of refusals too. An event abandoned meanwhile (its
  * subscription left `active`) stays so unless it was delivered or failed.
  */
@@ -108,7 +126,7 @@ export async function settleClaim(
   { senderId, subscriptionId }: { senderId: string; subscriptionId: string },
   outcomes: EventOutcome[],
   attempts: AttemptRow[],
-  { resetFailureCount }: { resetFailureCount: boolean },
+  { resetFailureCount, keepClaim = false }: { resetFailureCount: boolean; keepClaim?: boolean },
 ): Promise<void> {
   await sql`
     WITH reset AS (
@@ -129,7 +147,7 @@ export async function settleClaim(
       WHERE event.id = outcome.id AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
     )
     UPDATE webhook.subscription_streams SET claimed_by = NULL, claimed_at = NULL
-    WHERE subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
+    WHERE NOT ${keepClaim} AND subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
 }
 
 /**

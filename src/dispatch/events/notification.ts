@@ -8,13 +8,29 @@ import { countRefusals, deactivate } from '../../subscriptions/state.ts';
 import { attemptRecord, call, countCalls, describeFailure, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
-import { settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
+import { maxEventsPerClaim, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
+
+/**
+ * Batches of one subscription a sender sends without releasing it
+ * (webhook.claim_more_subscription_events): a retry that comes due meanwhile,
+ * which only a new claim takes, waits for at most this many.
+ */
+const maxBatchesPerClaim = 10;
+
+/** Events of the claimed subscription with the versions they name. */
+export type Batch = { events: ClaimedEvent[]; versions: Versions };
+
+/** The claimed subscription's next due events after the event given (none when the claim ends). */
+export type ClaimMore = (afterEventId: string) => Promise<Batch>;
 
 /**
  * A claim's delivery: the events of one active subscription, in log order,
  * at most DELIVERY_PARALLEL_CALLS calls in flight to the subscriber. The
  * claim has already set aside the versions the subscriber must not get (an
- * older one after a newer) and numbered the rest.
+ * older one after a newer) and numbered the rest. While a full batch is sent,
+ * the subscription's next events are claimed (`claimMore`), and sent as soon
+ * as the batch's calls are done, while the batch is recorded: a long stream
+ * does not wait between batches.
  *
  * Failures are counted per event: a retryable one is tried again with
  * jittered spacing, up to DELIVERY_MAX_FAILURES attempts, and the last one
@@ -22,16 +38,42 @@ import { settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type Event
  * counts one more event in a row refused for good (DELIVERY_MAX_FAILURES of
  * them deactivate). After a retryable failure no new call starts: the
  * subscriber is likely down, and the events not yet sent wait for the retry
- * with the failed ones. Everything is recorded, and the claim released, in
- * one statement when all went well, else in one transaction with the state
- * changes that follow.
+ * with the failed ones; after any failure the claim ends with its batch.
+ * Each batch is recorded in one statement when all went well, else in one
+ * transaction with the state changes that follow, the claim released.
  */
-export async function deliverClaim(context: DispatchContext, senderId: string, claim: Claim, target: Target, versions: Versions, signal?: AbortSignal): Promise<void> {
-  const bodies = await notificationBodies(context, target, claim.events, versions);
-  const results = await send(context, target, bodies.map((body) => body?.body), claim.events.map(eventKey), signal);
-  const verdict = judge(context, target, claim.events, results);
-  await settle(context, senderId, target, verdict);
-  observeLatencies(context, bodies, results);
+export async function deliverClaim(
+  context: DispatchContext,
+  senderId: string,
+  claim: Claim,
+  target: Target,
+  versions: Versions,
+  { signal, claimMore }: { signal?: AbortSignal; claimMore?: ClaimMore } = {},
+): Promise<void> {
+  let batch: Batch = { events: claim.events, versions };
+  let recorded = Promise.resolve();
+  for (let round = 1; ; round += 1) {
+    // A full batch may have more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
+    const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
+    following?.catch(() => undefined);
+    const bodies = await notificationBodies(context, target, batch.events, batch.versions);
+    const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), signal);
+    const verdict = judge(context, target, batch.events, results);
+    const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
+    const goingOn = next !== undefined && next.events.length > 0;
+    // Batches are recorded in order: the release comes after every batch before it.
+    await recorded;
+    recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn });
+    observeLatencies(context, bodies, results);
+    if (!goingOn) return recorded;
+    // Awaited before the next batch is recorded; a failure then fails the claim.
+    recorded.catch(() => undefined);
+    batch = next;
+  }
+}
+
+function withoutFailures(verdict: Verdict): boolean {
+  return verdict.retried === 0 && verdict.exhausted === undefined && verdict.lastRefusal === undefined;
 }
 
 /** Commit to delivery, for each event delivered: from its version's lastUpdated to the subscriber's answer. */
@@ -141,15 +183,16 @@ function judge(context: DispatchContext, target: Target, events: ClaimedEvent[],
 }
 
 /**
- * Records the calls and outcomes and releases the claim: in one statement
- * when nothing failed (the common path), else in one transaction with the
- * count of refusals and the deactivation, when it comes to that.
+ * Records a batch's calls and outcomes and releases the claim (unless
+ * `keepClaim`, which only a batch without failures is given): in one
+ * statement when nothing failed (the common path), else in one transaction
+ * with the count of refusals and the deactivation, when it comes to that.
  */
-async function settle(context: DispatchContext, senderId: string, target: Target, verdict: Verdict): Promise<void> {
+async function settle(context: DispatchContext, senderId: string, target: Target, verdict: Verdict, { keepClaim }: { keepClaim: boolean }): Promise<void> {
   const { records, outcomes, exhausted, lastRefusal } = verdict;
   const claim = { senderId, subscriptionId: target.id };
-  if (exhausted === undefined && lastRefusal === undefined && verdict.retried === 0) {
-    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered });
+  if (withoutFailures(verdict)) {
+    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered, keepClaim });
     countCalls(context, records);
     return;
   }

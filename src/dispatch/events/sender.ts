@@ -3,8 +3,8 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { loadTarget, type DispatchContext, type Target } from '../delivery.ts';
-import { claimEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
-import { deliverClaim, loadVersions, type Versions } from './notification.ts';
+import { claimEvents, claimMoreEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
+import { deliverClaim, loadVersions, type ClaimMore, type Versions } from './notification.ts';
 
 /** Subscriptions claimed in one statement at most. */
 const maxSubscriptionsPerClaim = 32;
@@ -56,13 +56,21 @@ export function startEventSender(context: DispatchContext, { connectionString, c
         await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
         return;
       }
-      await deliverClaim(context, id, claim, target, await versions, shutdown.signal);
+      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId) });
     } catch (error) {
       // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
       logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');
       await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false }).catch(() => undefined);
     }
   };
+
+  // The subscription's next batch, the claim kept; none once the sender is stopping.
+  const claimMore =
+    (subscriptionId: string): ClaimMore =>
+    async (afterEventId) => {
+      const events = stopping ? [] : await claimMoreEvents(context.db, id, subscriptionId, afterEventId);
+      return { events, versions: await loadVersions(context.db, events) };
+    };
 
   const loop = (async () => {
     while (!stopping) {
