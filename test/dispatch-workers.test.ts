@@ -89,6 +89,56 @@ describe('a 20,000-row SQL insert', () => {
   });
 });
 
+describe('a stream longer than one claim', () => {
+  it('goes on batch after batch; a failure in the middle ends the claim with the next batch claimed, and every event still arrives once, numbered 1 to N', { timeout: 60_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '200,200' });
+    const workers: Workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+    cleanups.push(() => workers.stop());
+    const endpoint = await startReceiver();
+    cleanups.push(() => endpoint.close());
+    const { id } = await subscribe(t, 'Observation?status=final', endpoint.url);
+    await untilStatus(t, id, 'active', 20_000);
+    await endpoint.waitForCalls(1);
+
+    // The 250th call is refused once (503): by then the sender holds its third batch and has claimed the fourth.
+    const count = 4 * maxEventsPerClaim + 10;
+    let refused: string | undefined;
+    endpoint.answer = (call) => {
+      if (refused === undefined && endpoint.calls.length === 1 + 250) {
+        refused = call.json.id as string;
+        return { status: 503 };
+      }
+      return { status: 200 };
+    };
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'stream-' || n, 'status', 'final', 'code', jsonb_build_object('text', 'n ' || n))
+       FROM generate_series(1, $1::int) AS n`,
+      [count],
+    );
+    await endpoint.waitForCalls(1 + count + 1, 30_000);
+    await untilNothingPending(t, 30_000);
+
+    expect(refused).toBeDefined();
+    const delivered = endpoint.calls.slice(1).map((call) => call.json.id as string);
+    expect(notExactlyOnce(delivered.filter((resource) => resource !== refused), bulkIds('stream', count).filter((resource) => resource !== refused))).toEqual({});
+    expect(delivered.filter((resource) => resource === refused)).toHaveLength(2);
+    const { rows } = await t.database.pool.query<{ numbers: string[]; delivered: number; retried: number }>(
+      `SELECT array_agg(DISTINCT event_number ORDER BY event_number) AS numbers,
+              count(*) FILTER (WHERE outcome = 'delivered')::int AS delivered,
+              count(*) FILTER (WHERE outcome = 'retrying')::int AS retried
+       FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification'`,
+      [id],
+    );
+    expect(rows[0]!.numbers.map(Number)).toEqual(Array.from({ length: count }, (_, index) => index + 1));
+    expect(rows[0]!).toMatchObject({ delivered: count, retried: 1 });
+    const { rows: stream } = await t.database.pool.query(`SELECT last_event_number::int, claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`, [id]);
+    expect(stream).toEqual([{ last_event_number: count, claimed_by: null }]);
+  });
+});
+
 describe('subscribers that hang', () => {
   it('hold one worker slot each: an unrelated subscription is still delivered at once', { timeout: 60_000 }, async () => {
     const t = await startTestApp();
