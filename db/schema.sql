@@ -137,6 +137,23 @@ CREATE TABLE webhook.subscription_streams (
 );
 COMMENT ON TABLE webhook.subscription_streams IS 'Per subscription: the number of its last numbered event, and the worker process sending its events now (claimed_by; NULL when none).';
 
+CREATE TABLE webhook.subscription_topics (
+  id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  url text NOT NULL,
+  version text,
+  title text,
+  status text DEFAULT 'active'::text NOT NULL,
+  definition jsonb NOT NULL,
+  compiled jsonb NOT NULL,
+  added_at timestamp with time zone DEFAULT now() NOT NULL,
+  retired_at timestamp with time zone,
+  CONSTRAINT subscription_topics_one_per_version UNIQUE NULLS NOT DISTINCT (url, version),
+  CONSTRAINT subscription_topics_pkey PRIMARY KEY (id),
+  CONSTRAINT subscription_topics_retired_since CHECK (((status = 'retired'::text) = (retired_at IS NOT NULL))),
+  CONSTRAINT subscription_topics_status_known CHECK ((status = ANY (ARRAY['active'::text, 'retired'::text])))
+);
+COMMENT ON TABLE webhook.subscription_topics IS 'Topics for topic-based subscriptions: R5 SubscriptionTopic definitions added by an operator (npm run cli -- topics add), each with what the service compiled from it; retired topics take no new subscriptions.';
+
 CREATE TABLE webhook.subscriptions (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
   identifier uuid DEFAULT gen_random_uuid() NOT NULL,

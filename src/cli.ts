@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { access } from 'node:fs/promises';
+import { access, readFile } from 'node:fs/promises';
 import { constants } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -15,9 +15,18 @@ import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
 import { loadNdjson, type LoadProgress } from './loading/ndjson.ts';
 import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, type Attempt } from './operations/delivery-overview.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
+import { TopicRefused } from './topics/definition.ts';
+import { addTopics, canonicalOf, listTopics, retireTopic } from './topics/store.ts';
 
 /** The command was right but could not be done: say why, exit 1. */
-class CommandError extends Error {}
+/** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
+class CommandError extends Error {
+  readonly exitCode: 1 | 2;
+  constructor(message: string, exitCode: 1 | 2 = 1) {
+    super(message);
+    this.exitCode = exitCode;
+  }
+}
 
 /**
  * The command line (commander: per-command --help, `help <command>`, usage
@@ -146,6 +155,51 @@ function commandLine(): Command {
       }),
     );
 
+  const topics = program.command('topics').description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
+  topics
+    .command('add')
+    .description('add SubscriptionTopic definitions (JSON files, each a SubscriptionTopic or a Bundle of them), all or none; the same definition again changes nothing')
+    .argument('<files...>', 'JSON files')
+    .action((files: string[]) =>
+      withDatabase(async ({ db }) => {
+        const definitions = (await Promise.all(files.map(readTopicFile))).flat();
+        let added;
+        try {
+          added = await addTopics(db, definitions.map(({ json }) => json));
+        } catch (error) {
+          if (!(error instanceof TopicRefused)) throw error;
+          const source = error.index === undefined ? '' : ` ${definitions[error.index]!.source}`;
+          throw new CommandError(`Refused${source}, nothing added: ${error.message}`, 2);
+        }
+        for (const topic of added) console.log(`${topic.outcome === 'added' ? 'Added' : 'Unchanged'} ${canonicalOf(topic.url, topic.version)}`);
+      }),
+    );
+  topics
+    .command('list')
+    .description('list the topics: canonical URL and version, status, the resources they trigger on, title')
+    .action(() =>
+      withDatabase(async ({ db }) => {
+        const rows = (await listTopics(db)).map((topic) => [
+          canonicalOf(topic.url, topic.version),
+          topic.status,
+          [...new Set(topic.compiled.triggers.map((trigger) => trigger.resourceType))].join(','),
+          topic.title ?? '',
+        ]);
+        console.log(rows.length === 0 ? 'No topics.' : table(['TOPIC', 'STATUS', 'RESOURCES', 'TITLE'], rows));
+      }),
+    );
+  topics
+    .command('retire')
+    .description('retire a topic (every version of URL, or URL|version): no new subscriptions on it; those that exist keep working')
+    .argument('<canonical>', 'the topic, as topics list shows it')
+    .action((canonical: string) =>
+      withDatabase(async ({ db }) => {
+        const retired = await retireTopic(db, canonical);
+        if (retired.length === 0) throw new CommandError(`No active topic is ${canonical} (topics list shows them).`);
+        for (const topic of retired) console.log(`Retired ${topic}`);
+      }),
+    );
+
   program
     .command('deliveries')
     .description('calls to subscribers')
@@ -163,6 +217,25 @@ function commandLine(): Command {
     .action((args: string[]) => psql(args));
 
   return program;
+}
+
+/** The SubscriptionTopics of a JSON file (one, or a Bundle's entries), each with where it came from for a refusal. */
+async function readTopicFile(file: string): Promise<{ json: unknown; source: string }[]> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (error) {
+    throw new CommandError(`Cannot read ${file}: ${describeError(error)}`, 2);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new CommandError(`${file} is not JSON: ${describeError(error)}`, 2);
+  }
+  const bundle = json as { resourceType?: unknown; entry?: { resource?: unknown }[] };
+  if (bundle.resourceType !== 'Bundle') return [{ json, source: file }];
+  return (bundle.entry ?? []).map((entry, index) => ({ json: entry.resource, source: `${file} (Bundle.entry[${index}])` }));
 }
 
 function parsePositiveInteger(value: string): number {
@@ -352,7 +425,7 @@ async function main(): Promise<number> {
       return 2;
     }
     console.error(error instanceof CommandError ? error.message : `Failed: ${describeError(error)}`);
-    return 1;
+    return error instanceof CommandError ? error.exitCode : 1;
   }
 }
 

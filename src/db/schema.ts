@@ -123,6 +123,19 @@ export interface SubscriptionStreamsTable {
   claimed_at: Date | null;
 }
 
+/** A topic for topic-based subscriptions (migration 0019); its JSON is src/topics/'s to read. */
+export interface SubscriptionTopicsTable {
+  id: Generated<string>;
+  url: string;
+  version: string | null;
+  title: string | null;
+  status: ColumnType<'active' | 'retired', 'active' | 'retired' | undefined, 'active' | 'retired'>;
+  definition: ColumnType<unknown, string, never>;
+  compiled: ColumnType<unknown, string, never>;
+  added_at: Generated<Date>;
+  retired_at: Date | null;
+}
+
 /** The tables the service reads and writes, for Kysely. */
 export interface Database {
   'fhir.resources': ResourcesTable;
@@ -133,4 +146,5 @@ export interface Database {
   'webhook.subscription_events': SubscriptionEventsTable;
   'webhook.subscription_streams': SubscriptionStreamsTable;
   'webhook.deactivation_alerts': DeactivationAlertsTable;
+  'webhook.subscription_topics': SubscriptionTopicsTable;
 }

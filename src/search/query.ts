@@ -66,7 +66,7 @@ export const maxCount = 1000;
  */
 export const maxValueLength = 1024;
 
-const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
+export const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
   token: ['missing', 'not', 'text'],
   string: ['missing', 'exact', 'contains'],
   reference: ['missing'],
