@@ -159,7 +159,7 @@ CREATE TABLE webhook.subscriptions (
   identifier uuid DEFAULT gen_random_uuid() NOT NULL,
   status webhook.subscription_status NOT NULL,
   criteria text NOT NULL,
-  resource_type text NOT NULL,
+  resource_type text,
   compiled_criteria jsonb NOT NULL,
   match jsonpath,
   match_deleted jsonpath,
@@ -184,12 +184,17 @@ CASE jsonb_typeof((compiled_criteria -> 'matchTerms'::text))
 END) > 0), false)) STORED NOT NULL,
   created_by_api_key uuid,
   endpoint_encrypted bytea,
+  topic_id bigint,
+  topic_filter jsonb,
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
   CONSTRAINT subscriptions_endpoint_check CHECK ((endpoint ~ '^https?://'::text)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
   CONSTRAINT subscriptions_identifier_key UNIQUE (identifier),
-  CONSTRAINT subscriptions_pkey PRIMARY KEY (id)
+  CONSTRAINT subscriptions_on_a_type_or_a_topic CHECK (((topic_id IS NULL) = (resource_type IS NOT NULL))),
+  CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
+  CONSTRAINT subscriptions_topic_filter_only_on_a_topic CHECK (((topic_filter IS NULL) OR (topic_id IS NOT NULL))),
+  CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id)
 );
 COMMENT ON COLUMN webhook.subscriptions.endpoint IS 'The endpoint as shown: with its user, password and query values as *** when endpoint_encrypted holds the whole of it.';
 COMMENT ON COLUMN webhook.subscriptions.failure_count IS 'Events in a row refused for good (a 4xx but 429, a refused address); a delivery resets it, and DELIVERY_MAX_FAILURES of them move the subscription to error. Retryable failures are counted per event, in the attempt records.';
@@ -197,6 +202,7 @@ COMMENT ON COLUMN webhook.subscriptions.related_match IS 'What the criteria requ
 COMMENT ON COLUMN webhook.subscriptions.has_match_terms IS 'Whether webhook.subscription_match_terms lists the subscription''s terms; if not, every written row of its type is evaluated against it.';
 COMMENT ON COLUMN webhook.subscriptions.created_by_api_key IS 'The API key that created the subscription: keys without the admin scope see and switch off only their own. NULL for subscriptions created before migration 0013.';
 COMMENT ON COLUMN webhook.subscriptions.endpoint_encrypted IS 'The whole endpoint, AES-256-GCM (SECRETS_ENCRYPTION_KEY), when it carries credentials (a user, a password or a query); else NULL.';
+COMMENT ON COLUMN webhook.subscriptions.topic_id IS 'The topic of a topic-based subscription (webhook.subscription_topics); NULL for a classic one, which has a resource_type instead.';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,
@@ -233,6 +239,8 @@ CREATE INDEX subscriptions_by_creator ON webhook.subscriptions USING btree (crea
 CREATE INDEX subscriptions_by_criteria_and_creation ON webhook.subscriptions USING btree (criteria, created_at);
 
 CREATE INDEX subscriptions_by_resource_type ON webhook.subscriptions USING btree (resource_type, status);
+
+CREATE INDEX subscriptions_by_topic ON webhook.subscriptions USING btree (topic_id, status) WHERE (topic_id IS NOT NULL);
 
 CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_digest(criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
 
@@ -721,6 +729,45 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.record_topic_events()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET jit TO 'off'
+AS $function$
+DECLARE
+  recorded bigint;
+BEGIN
+  IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status = 'active') THEN
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+    SELECT fired, c.resource_type, c.id, c.version_id, false
+    FROM changed_rows c
+    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('create', c.resource_type, NULL, c.content) AS fired
+    ORDER BY fired, c.resource_type, c.id;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+    SELECT fired, c.resource_type, c.id, c.version_id, false
+    FROM changed_rows c
+    JOIN fhir.resource_history p ON p.resource_type = c.resource_type AND p.id = c.id AND p.version_id = c.version_id - 1
+    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('update', c.resource_type, p.content, c.content) AS fired
+    ORDER BY fired, c.resource_type, c.id;
+  ELSE
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+    SELECT fired, c.resource_type, c.id, c.version_id + 1, true
+    FROM changed_rows c
+    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('delete', c.resource_type, c.content, NULL) AS fired
+    ORDER BY fired, c.resource_type, c.id;
+  END IF;
+  GET DIAGNOSTICS recorded = ROW_COUNT;
+  IF recorded > 0 THEN
+    PERFORM pg_notify('webhook_subscription_events', '');
+  END IF;
+  RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.release_work_of_dead_worker_pools()
  RETURNS TABLE(pool_id text, kind text)
  LANGUAGE plpgsql
@@ -773,6 +820,28 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  STABLE PARALLEL SAFE
 RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((newer.criteria = this.criteria) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
 
+CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interaction text, previous jsonb, current jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN (SELECT CASE WHEN ((tests.previous_passes IS NULL) AND (tests.current_passes IS NULL)) THEN true WHEN ((topic_trigger_fires.trigger ->> 'requireBoth'::text))::boolean THEN (COALESCE(tests.previous_passes, true) AND COALESCE(tests.current_passes, true)) ELSE (COALESCE(tests.previous_passes, false) OR COALESCE(tests.current_passes, false)) END AS "case" FROM (SELECT CASE WHEN (jsonb_typeof((topic_trigger_fires.trigger -> 'previous'::text)) IS DISTINCT FROM 'object'::text) THEN NULL::boolean WHEN (topic_trigger_fires.interaction = 'create'::text) THEN ((topic_trigger_fires.trigger ->> 'resultForCreate'::text) = 'test-passes'::text) ELSE webhook.notifies((topic_trigger_fires.trigger ->> 'resourceType'::text), topic_trigger_fires.previous, (((topic_trigger_fires.trigger -> 'previous'::text) ->> 'match'::text))::jsonpath) END AS previous_passes, CASE WHEN (jsonb_typeof((topic_trigger_fires.trigger -> 'current'::text)) IS DISTINCT FROM 'object'::text) THEN NULL::boolean WHEN (topic_trigger_fires.interaction = 'delete'::text) THEN ((topic_trigger_fires.trigger ->> 'resultForDelete'::text) = 'test-passes'::text) ELSE webhook.notifies((topic_trigger_fires.trigger ->> 'resourceType'::text), topic_trigger_fires.current, (((topic_trigger_fires.trigger -> 'current'::text) ->> 'match'::text))::jsonpath) END AS current_passes) tests);
+
+CREATE OR REPLACE FUNCTION webhook.topic_triggered_subscriptions(interaction text, written_type text, previous jsonb, current jsonb)
+ RETURNS SETOF uuid
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+    SELECT s.id
+    FROM webhook.subscriptions s
+    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
+    WHERE s.topic_id IS NOT NULL AND s.status = 'active'
+      AND EXISTS (SELECT FROM jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
+                  WHERE trigger ->> 'resourceType' = written_type
+                    AND trigger -> 'interactions' ? interaction
+                    AND webhook.topic_trigger_fires(trigger, interaction, previous, current))
+      AND webhook.notifies(written_type, coalesce(current, previous), (s.topic_filter ->> written_type)::jsonpath)
+  $function$;
+
 CREATE OR REPLACE FUNCTION webhook.worker_pool_is_live(last_seen timestamp with time zone)
  RETURNS boolean
  LANGUAGE sql
@@ -790,6 +859,12 @@ CREATE TRIGGER resources_record_subscription_events_on_delete AFTER DELETE ON fh
 CREATE TRIGGER resources_record_subscription_events_on_insert AFTER INSERT ON fhir.resources REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook.record_subscription_events();
 
 CREATE TRIGGER resources_record_subscription_events_on_update AFTER UPDATE ON fhir.resources REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook.record_subscription_events();
+
+CREATE TRIGGER resources_record_topic_events_on_delete AFTER DELETE ON fhir.resources REFERENCING OLD TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook.record_topic_events();
+
+CREATE TRIGGER resources_record_topic_events_on_insert AFTER INSERT ON fhir.resources REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook.record_topic_events();
+
+CREATE TRIGGER resources_record_topic_events_on_update AFTER UPDATE ON fhir.resources REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION webhook.record_topic_events();
 
 CREATE TRIGGER resources_record_updated_versions AFTER UPDATE ON fhir.resources REFERENCING NEW TABLE AS written_rows FOR EACH STATEMENT EXECUTE FUNCTION fhir.record_written_versions();
 

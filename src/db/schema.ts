@@ -44,7 +44,8 @@ export interface SubscriptionsTable {
   identifier: Generated<string>;
   status: SubscriptionStatus;
   criteria: string;
-  resource_type: string;
+  /** The criteria's resource type; null for a subscription on a topic (topic_id). */
+  resource_type: string | null;
   /** A CompiledCriteria (src/search/criteria.ts); written as JSON text. */
   compiled_criteria: ColumnType<unknown, string, string>;
   match: string | null;
