@@ -52,23 +52,29 @@ export async function deliverClaim(
 ): Promise<void> {
   let batch: Batch = { events: claim.events, versions };
   let recorded = Promise.resolve();
-  for (let round = 1; ; round += 1) {
-    // A full batch may have more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
-    const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
-    following?.catch(() => undefined);
-    const bodies = await notificationBodies(context, target, batch.events, batch.versions);
-    const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), signal);
-    const verdict = judge(context, target, batch.events, results);
-    const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
-    const goingOn = next !== undefined && next.events.length > 0;
-    // Batches are recorded in order: the release comes after every batch before it.
-    await recorded;
-    recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn });
-    observeLatencies(context, bodies, results);
-    if (!goingOn) return recorded;
-    // Awaited before the next batch is recorded; a failure then fails the claim.
-    recorded.catch(() => undefined);
-    batch = next;
+  try {
+    for (let round = 1; ; round += 1) {
+      // A full batch may have more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
+      const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
+      following?.catch(() => undefined);
+      const bodies = await notificationBodies(context, target, batch.events, batch.versions);
+      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), signal);
+      const verdict = judge(context, target, batch.events, results);
+      const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
+      const goingOn = next !== undefined && next.events.length > 0;
+      // Batches are recorded in order: the release comes after every batch before it.
+      await recorded;
+      recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn });
+      observeLatencies(context, bodies, results);
+      if (!goingOn) return await recorded;
+      // Awaited before the next batch is recorded; a failure then fails the claim.
+      recorded.catch(() => undefined);
+      batch = next;
+    }
+  } catch (error) {
+    // The batch before is recorded (or has failed) before the caller releases the claim: a release first would let another sender take its events again.
+    await recorded.catch(() => undefined);
+    throw error;
   }
 }
 
