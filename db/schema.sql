@@ -735,32 +735,42 @@ CREATE OR REPLACE FUNCTION webhook.record_topic_events()
  SET jit TO 'off'
 AS $function$
 DECLARE
+  interaction text := CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'update' ELSE 'delete' END;
   recorded bigint;
 BEGIN
   IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status = 'active') THEN
     RETURN NULL;
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id, false
+
+  WITH triggers AS MATERIALIZED (
+    SELECT s.id AS subscription_id, trigger, trigger ->> 'resourceType' AS resource_type,
+           (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
+    FROM webhook.subscriptions s
+    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
+    CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
+    WHERE s.topic_id IS NOT NULL AND s.status = 'active'
+      AND trigger -> 'interactions' ? interaction
+      AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
+  ), writes AS (
+    SELECT c.resource_type, c.id,
+           CASE interaction WHEN 'delete' THEN c.version_id + 1 ELSE c.version_id END AS version_id,
+           CASE interaction WHEN 'create' THEN NULL WHEN 'delete' THEN c.content ELSE before.content END AS previous,
+           CASE interaction WHEN 'delete' THEN NULL ELSE c.content END AS current
     FROM changed_rows c
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('create', c.resource_type, NULL, c.content) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id, false
-    FROM changed_rows c
-    JOIN fhir.resource_history p ON p.resource_type = c.resource_type AND p.id = c.id AND p.version_id = c.version_id - 1
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('update', c.resource_type, p.content, c.content) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  ELSE
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id + 1, true
-    FROM changed_rows c
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('delete', c.resource_type, c.content, NULL) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  END IF;
+    LEFT JOIN fhir.resource_history before
+      ON interaction = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
+    WHERE c.resource_type IN (SELECT resource_type FROM triggers)
+  )
+  INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+  SELECT DISTINCT triggers.subscription_id, writes.resource_type, writes.id, writes.version_id, interaction = 'delete'
+  FROM triggers
+  JOIN writes ON writes.resource_type = triggers.resource_type
+  WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
+    AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
+  -- A statement's rows in a stable order: a subscription is sent them in it.
+  ORDER BY 1, 2, 3;
   GET DIAGNOSTICS recorded = ROW_COUNT;
+
   IF recorded > 0 THEN
     PERFORM pg_notify('webhook_subscription_events', '');
   END IF;
@@ -825,22 +835,6 @@ CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interactio
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 RETURN (SELECT CASE WHEN ((tests.previous_passes IS NULL) AND (tests.current_passes IS NULL)) THEN true WHEN ((topic_trigger_fires.trigger ->> 'requireBoth'::text))::boolean THEN (COALESCE(tests.previous_passes, true) AND COALESCE(tests.current_passes, true)) ELSE (COALESCE(tests.previous_passes, false) OR COALESCE(tests.current_passes, false)) END AS "case" FROM (SELECT CASE WHEN (jsonb_typeof((topic_trigger_fires.trigger -> 'previous'::text)) IS DISTINCT FROM 'object'::text) THEN NULL::boolean WHEN (topic_trigger_fires.interaction = 'create'::text) THEN ((topic_trigger_fires.trigger ->> 'resultForCreate'::text) = 'test-passes'::text) ELSE webhook.notifies((topic_trigger_fires.trigger ->> 'resourceType'::text), topic_trigger_fires.previous, (((topic_trigger_fires.trigger -> 'previous'::text) ->> 'match'::text))::jsonpath) END AS previous_passes, CASE WHEN (jsonb_typeof((topic_trigger_fires.trigger -> 'current'::text)) IS DISTINCT FROM 'object'::text) THEN NULL::boolean WHEN (topic_trigger_fires.interaction = 'delete'::text) THEN ((topic_trigger_fires.trigger ->> 'resultForDelete'::text) = 'test-passes'::text) ELSE webhook.notifies((topic_trigger_fires.trigger ->> 'resourceType'::text), topic_trigger_fires.current, (((topic_trigger_fires.trigger -> 'current'::text) ->> 'match'::text))::jsonpath) END AS current_passes) tests);
-
-CREATE OR REPLACE FUNCTION webhook.topic_triggered_subscriptions(interaction text, written_type text, previous jsonb, current jsonb)
- RETURNS SETOF uuid
- LANGUAGE sql
- STABLE PARALLEL SAFE
-AS $function$
-    SELECT s.id
-    FROM webhook.subscriptions s
-    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
-    WHERE s.topic_id IS NOT NULL AND s.status = 'active'
-      AND EXISTS (SELECT FROM jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
-                  WHERE trigger ->> 'resourceType' = written_type
-                    AND trigger -> 'interactions' ? interaction
-                    AND webhook.topic_trigger_fires(trigger, interaction, previous, current))
-      AND webhook.notifies(written_type, coalesce(current, previous), (s.topic_filter ->> written_type)::jsonpath)
-  $function$;
 
 CREATE OR REPLACE FUNCTION webhook.worker_pool_is_live(last_seen timestamp with time zone)
  RETURNS boolean

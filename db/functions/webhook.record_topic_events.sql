@@ -5,13 +5,20 @@
 -- writes, API or a loader's plain SQL, alike: an UPDATE of 10,000 Encounters
 -- to finished notifies exactly those whose previous version was not.
 --
+-- A subscription's topic fires when one of its resourceTriggers on the
+-- written type and interaction fires (webhook.topic_trigger_fires), and the
+-- resource passes the subscription's filters for that type (topic_filter):
+-- the version written, or for a delete the last one. Set-based: the active
+-- subscriptions' triggers for the statement's types and interaction are
+-- read once, then joined with the written rows; a statement that no topic
+-- triggers on costs one probe of subscriptions_by_topic.
+--
 -- The previous version of an update is read from fhir.resource_history (the
--- version before), and only when a topic-based subscription is active: an
--- OLD TABLE would make every UPDATE keep a copy of its old rows, used or not.
--- A create has no previous version, a delete no current one (the deletion is
--- recorded as the next version, deleted, as for classic criteria). Each written row is looked
--- up against the topic-based subscriptions (webhook.topic_triggered_subscriptions);
--- a statement that wrote no type any of them triggers on costs one probe.
+-- version before, by primary key), and only when a topic could fire: an OLD
+-- TABLE would make every UPDATE keep a copy of its old rows, used or not. A
+-- create has no previous version, a delete no current one (the deletion is
+-- recorded as the next version, deleted, as for classic criteria).
+--
 -- Wake-up as the classic trigger: one NOTIFY when something was recorded
 -- (PostgreSQL sends one for the two triggers of a transaction).
 
@@ -20,32 +27,42 @@ CREATE OR REPLACE FUNCTION webhook.record_topic_events() RETURNS trigger
   SET jit = off
   AS $$
 DECLARE
+  interaction text := CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'update' ELSE 'delete' END;
   recorded bigint;
 BEGIN
   IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status = 'active') THEN
     RETURN NULL;
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id, false
+
+  WITH triggers AS MATERIALIZED (
+    SELECT s.id AS subscription_id, trigger, trigger ->> 'resourceType' AS resource_type,
+           (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
+    FROM webhook.subscriptions s
+    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
+    CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
+    WHERE s.topic_id IS NOT NULL AND s.status = 'active'
+      AND trigger -> 'interactions' ? interaction
+      AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
+  ), writes AS (
+    SELECT c.resource_type, c.id,
+           CASE interaction WHEN 'delete' THEN c.version_id + 1 ELSE c.version_id END AS version_id,
+           CASE interaction WHEN 'create' THEN NULL WHEN 'delete' THEN c.content ELSE before.content END AS previous,
+           CASE interaction WHEN 'delete' THEN NULL ELSE c.content END AS current
     FROM changed_rows c
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('create', c.resource_type, NULL, c.content) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id, false
-    FROM changed_rows c
-    JOIN fhir.resource_history p ON p.resource_type = c.resource_type AND p.id = c.id AND p.version_id = c.version_id - 1
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('update', c.resource_type, p.content, c.content) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  ELSE
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-    SELECT fired, c.resource_type, c.id, c.version_id + 1, true
-    FROM changed_rows c
-    CROSS JOIN LATERAL webhook.topic_triggered_subscriptions('delete', c.resource_type, c.content, NULL) AS fired
-    ORDER BY fired, c.resource_type, c.id;
-  END IF;
+    LEFT JOIN fhir.resource_history before
+      ON interaction = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
+    WHERE c.resource_type IN (SELECT resource_type FROM triggers)
+  )
+  INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+  SELECT DISTINCT triggers.subscription_id, writes.resource_type, writes.id, writes.version_id, interaction = 'delete'
+  FROM triggers
+  JOIN writes ON writes.resource_type = triggers.resource_type
+  WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
+    AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
+  -- A statement's rows in a stable order: a subscription is sent them in it.
+  ORDER BY 1, 2, 3;
   GET DIAGNOSTICS recorded = ROW_COUNT;
+
   IF recorded > 0 THEN
     PERFORM pg_notify('webhook_subscription_events', '');
   END IF;
