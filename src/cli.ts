@@ -171,7 +171,9 @@ function commandLine(): Command {
           const source = error.index === undefined ? '' : ` ${definitions[error.index]!.source}`;
           throw new CommandError(`Refused${source}, nothing added: ${error.message}`, 2);
         }
-        for (const topic of added) console.log(`${topic.outcome === 'added' ? 'Added' : 'Unchanged'} ${canonicalOf(topic.url, topic.version)}`);
+        for (const topic of added) {
+          console.log(`${topic.outcome === 'added' ? 'Added' : 'Unchanged'} ${canonicalOf(topic.url, topic.version)}${topic.status === 'retired' ? ' (retired: a retired version stays retired; add a new one)' : ''}`);
+        }
       }),
     );
   topics

@@ -127,10 +127,10 @@ describe('a SubscriptionTopic', () => {
 
 describe('stored topics', () => {
   it('are added once per URL and version: the same definition again changes nothing, a different one is refused', async () => {
-    expect(await addTopics(database.db, [encounterComplete()])).toEqual([{ outcome: 'added', url: 'http://example.org/topics/encounter-complete', version: '1.0.0' }]);
+    expect(await addTopics(database.db, [encounterComplete()])).toEqual([{ outcome: 'added', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' }]);
     // Keys in another order are the same definition.
     const reordered = Object.fromEntries(Object.entries(encounterComplete()).reverse());
-    expect(await addTopics(database.db, [reordered])).toEqual([{ outcome: 'unchanged', url: 'http://example.org/topics/encounter-complete', version: '1.0.0' }]);
+    expect(await addTopics(database.db, [reordered])).toEqual([{ outcome: 'unchanged', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' }]);
     await expect(addTopics(database.db, [encounterComplete({ title: 'Changed' })])).rejects.toThrow(
       'SubscriptionTopic.version: http://example.org/topics/encounter-complete|1.0.0 is already defined differently: a changed topic needs a new version',
     );
@@ -183,6 +183,10 @@ describe('npm run cli -- topics', () => {
     expect(await cli('add', good)).toEqual({ exitCode: 0, output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0\n' });
     expect((await cli('list')).output).toMatch(/^TOPIC +STATUS +RESOURCES +TITLE\nhttp:\/\/example\.org\/topics\/encounter-complete\|1\.0\.0 +active +Encounter +Encounter complete\n$/);
     expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({ exitCode: 0, output: 'Retired http://example.org/topics/encounter-complete|1.0.0\n' });
+    expect(await cli('add', good)).toEqual({
+      exitCode: 0,
+      output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0 (retired: a retired version stays retired; add a new one)\n',
+    });
     expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({
       exitCode: 1,
       output: 'No active topic is http://example.org/topics/encounter-complete (topics list shows them).\n',

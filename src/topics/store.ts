@@ -19,8 +19,8 @@ export type StoredTopic = {
   retiredAt: Date | null;
 };
 
-/** What adding a definition did: added it, or found the same definition there already. */
-export type AddedTopic = { outcome: 'added' | 'unchanged'; url: string; version: string | null };
+/** What adding a definition did: added it, or found the same definition there already (retired, perhaps: adding does not bring it back). */
+export type AddedTopic = { outcome: 'added' | 'unchanged'; url: string; version: string | null; status: 'active' | 'retired' };
 
 /**
  * Checks, compiles and stores SubscriptionTopics, all or none (TopicRefused
@@ -42,7 +42,7 @@ export async function addTopics(db: Db, definitions: unknown[]): Promise<AddedTo
     for (const { index, json, definition, compiled, version } of checked) {
       const existing = await trx
         .selectFrom('webhook.subscription_topics')
-        .select(['definition'])
+        .select(['definition', 'status'])
         .where('url', '=', definition.url)
         .where((eb) => (version === null ? eb('version', 'is', null) : eb('version', '=', version)))
         .forUpdate()
@@ -52,9 +52,9 @@ export async function addTopics(db: Db, definitions: unknown[]): Promise<AddedTo
           .insertInto('webhook.subscription_topics')
           .values({ url: definition.url, version, title: definition.title ?? null, definition: JSON.stringify(json), compiled: JSON.stringify(compiled) })
           .execute();
-        added.push({ outcome: 'added', url: definition.url, version });
+        added.push({ outcome: 'added', url: definition.url, version, status: 'active' });
       } else if (sameJson(existing.definition, json)) {
-        added.push({ outcome: 'unchanged', url: definition.url, version });
+        added.push({ outcome: 'unchanged', url: definition.url, version, status: existing.status });
       } else {
         throw new TopicRefused('SubscriptionTopic.version', `${canonicalOf(definition.url, version)} is already defined differently: a changed topic needs a new version`, index);
       }
