@@ -186,13 +186,24 @@ END) > 0), false)) STORED NOT NULL,
   endpoint_encrypted bytea,
   topic_id bigint,
   topic_filter jsonb,
+  filter_criteria text[],
+  payload_content text,
+  heartbeat_period_seconds integer,
+  timeout_seconds integer,
+  max_count integer,
+  CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
   CONSTRAINT subscriptions_endpoint_check CHECK ((endpoint ~ '^https?://'::text)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
+  CONSTRAINT subscriptions_heartbeat_period_positive CHECK ((heartbeat_period_seconds > 0)),
   CONSTRAINT subscriptions_identifier_key UNIQUE (identifier),
+  CONSTRAINT subscriptions_max_count_positive CHECK ((max_count > 0)),
   CONSTRAINT subscriptions_on_a_type_or_a_topic CHECK (((topic_id IS NULL) = (resource_type IS NOT NULL))),
+  CONSTRAINT subscriptions_payload_content_known CHECK ((payload_content = ANY (ARRAY['empty'::text, 'id-only'::text, 'full-resource'::text]))),
+  CONSTRAINT subscriptions_payload_content_on_a_topic CHECK (((payload_content IS NOT NULL) = (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
+  CONSTRAINT subscriptions_timeout_positive CHECK ((timeout_seconds > 0)),
   CONSTRAINT subscriptions_topic_filter_only_on_a_topic CHECK (((topic_filter IS NULL) OR (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id)
 );
@@ -203,6 +214,8 @@ COMMENT ON COLUMN webhook.subscriptions.has_match_terms IS 'Whether webhook.subs
 COMMENT ON COLUMN webhook.subscriptions.created_by_api_key IS 'The API key that created the subscription: keys without the admin scope see and switch off only their own. NULL for subscriptions created before migration 0013.';
 COMMENT ON COLUMN webhook.subscriptions.endpoint_encrypted IS 'The whole endpoint, AES-256-GCM (SECRETS_ENCRYPTION_KEY), when it carries credentials (a user, a password or a query); else NULL.';
 COMMENT ON COLUMN webhook.subscriptions.topic_id IS 'The topic of a topic-based subscription (webhook.subscription_topics); NULL for a classic one, which has a resource_type instead.';
+COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS 'A topic-based subscription''s filters as sent (backport-filter-criteria), sorted; NULL for a classic subscription.';
+COMMENT ON COLUMN webhook.subscriptions.payload_content IS 'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,
@@ -242,7 +255,7 @@ CREATE INDEX subscriptions_by_resource_type ON webhook.subscriptions USING btree
 
 CREATE INDEX subscriptions_by_topic ON webhook.subscriptions USING btree (topic_id, status) WHERE (topic_id IS NOT NULL);
 
-CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_digest(criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
+CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_and_filters_digest(criteria, filter_criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
 
 CREATE VIEW webhook.delivery_log AS
  SELECT a.started_at,
@@ -438,8 +451,9 @@ CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, s
 AS $function$
 DECLARE
   batch bigint[];
+  in_order boolean;
 BEGIN
-  PERFORM FROM webhook.subscription_streams stream
+  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
   JOIN webhook.subscriptions s ON s.id = stream.subscription_id
   WHERE stream.subscription_id = subscription AND stream.claimed_by = worker AND s.status = 'active';
   IF NOT FOUND THEN
@@ -450,7 +464,7 @@ BEGIN
   FROM (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-      AND (e.not_before IS NULL OR e.not_before <= now())
+      AND webhook.event_is_due(e, in_order)
     ORDER BY e.id
     LIMIT max_events
   ) due;
@@ -505,7 +519,7 @@ BEGIN
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND (e.not_before IS NULL OR e.not_before <= now()))
+                     AND webhook.event_is_due(e, s.topic_id IS NOT NULL))
     ORDER BY candidate.place
     LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
     FOR UPDATE OF stream SKIP LOCKED
@@ -520,10 +534,11 @@ BEGIN
 
   SELECT array_agg(due.id) INTO batch
   FROM unnest(claimed) AS one(subscription_id)
+  JOIN webhook.subscriptions s ON s.id = one.subscription_id
   CROSS JOIN LATERAL (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND (e.not_before IS NULL OR e.not_before <= now())
+      AND webhook.event_is_due(e, s.topic_id IS NOT NULL)
     ORDER BY e.id
     LIMIT max_events
   ) due;
@@ -542,11 +557,23 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.criteria_and_filters_digest(criteria text, filter_criteria text[])
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (filter_criteria IS NULL) THEN webhook.criteria_digest(criteria) ELSE sha256(convert_to((jsonb_build_array(criteria, to_jsonb(filter_criteria)))::text, 'UTF8'::name)) END;
+
 CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
  RETURNS bytea
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN sha256(convert_to(criteria, 'UTF8'::name));
+
+CREATE OR REPLACE FUNCTION webhook.event_is_due(event webhook.subscription_events, in_order boolean)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+RETURN ((((event).not_before IS NULL) OR ((event).not_before <= now())) AND ((NOT in_order) OR (NOT (EXISTS (SELECT FROM webhook.subscription_events earlier WHERE ((earlier.subscription_id = (event_is_due.event).subscription_id) AND (earlier.status = 'pending'::text) AND (earlier.id < (event_is_due.event).id) AND (earlier.not_before > now())))))));
 
 CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
  RETURNS json
@@ -570,7 +597,8 @@ BEGIN
     SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id,
            max(e.version_id) OVER (PARTITION BY e.subscription_id, e.resource_type, e.resource_id) AS newest_claimed
     FROM webhook.subscription_events e
-    WHERE e.id = ANY (batch)
+    JOIN webhook.subscriptions s ON s.id = e.subscription_id
+    WHERE e.id = ANY (batch) AND s.topic_id IS NULL
   )
   UPDATE webhook.subscription_events e
   SET status = 'superseded', settled_at = now()

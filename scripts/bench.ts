@@ -135,7 +135,7 @@ function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: B
 }
 
 /** How the bench stores subscriptions, as the API would. */
-const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook' };
+const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook', responseTimeoutMs: 15_000 };
 
 /**
  * `processes` worker processes (`npm run cli -- worker`, as an operator starts

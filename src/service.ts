@@ -108,6 +108,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       secretsEncryptionKey: secretsKey,
       logger,
       rateLimitPerMinute: config.apiRateLimitPerMinute,
+      responseTimeoutMs: config.delivery.responseTimeoutMs,
       // On the API's port unless METRICS_PORT gives them one of their own.
       ...(config.metricsPort === undefined ? { metrics } : {}),
     });

@@ -54,8 +54,8 @@ async function subscribeToTopic(trigger: Trigger, filter?: string): Promise<stri
   ]);
   const topicFilter = filter === undefined ? null : JSON.stringify({ Encounter: compileCriteria(`Encounter?${filter}`).match });
   const { rows } = await database.pool.query<{ id: string }>(
-    `INSERT INTO webhook.subscriptions (status, criteria, topic_id, topic_filter, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-     SELECT 'active', url, id, $2, '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
+    `INSERT INTO webhook.subscriptions (status, criteria, topic_id, topic_filter, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+     SELECT 'active', url, id, $2, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
      RETURNING id`,
     [url, topicFilter],
   );

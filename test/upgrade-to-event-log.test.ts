@@ -59,7 +59,7 @@ describe('upgrading a database with notification jobs to the event log', () => {
     expect(applied[0]!.name).toBe('0017_notification_trigger_without_jit');
 
     // An active subscription, as the old version left it (its handshake done).
-    const context = { box: createSecretBox(testSecretsKey), baseUrl, namingSystem: 'webhook' };
+    const context = { box: createSecretBox(testSecretsKey), baseUrl, namingSystem: 'webhook', responseTimeoutMs: 15_000 };
     const apiKey = (await database.pool.query<{ id: string }>(`INSERT INTO webhook.api_keys (name, key_sha256) VALUES ('upgrade', repeat('0', 64)) RETURNING id`)).rows[0]!.id;
     const { resource } = await submitSubscription(
       database.db,

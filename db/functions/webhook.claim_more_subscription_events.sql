@@ -20,8 +20,9 @@ CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, s
   AS $$
 DECLARE
   batch bigint[];
+  in_order boolean;
 BEGIN
-  PERFORM FROM webhook.subscription_streams stream
+  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
   JOIN webhook.subscriptions s ON s.id = stream.subscription_id
   WHERE stream.subscription_id = subscription AND stream.claimed_by = worker AND s.status = 'active';
   IF NOT FOUND THEN
@@ -32,7 +33,7 @@ BEGIN
   FROM (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-      AND (e.not_before IS NULL OR e.not_before <= now())
+      AND webhook.event_is_due(e, in_order)
     ORDER BY e.id
     LIMIT max_events
   ) due;

@@ -22,6 +22,9 @@
 -- claim when a write's NOTIFY or their poll wakes them, would find nothing
 -- free: one process would do the work of all.
 --
+-- A topic-based subscription's events are claimed in order: none while an
+-- earlier one waits for its retry (webhook.event_is_due).
+--
 -- The claimed events are superseded or numbered, and returned in the order to
 -- send them, by webhook.prepare_claimed_events. A worker that got a full
 -- batch takes the subscription's next events, without releasing it, with
@@ -71,7 +74,7 @@ BEGIN
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND (e.not_before IS NULL OR e.not_before <= now()))
+                     AND webhook.event_is_due(e, s.topic_id IS NOT NULL))
     ORDER BY candidate.place
     LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
     FOR UPDATE OF stream SKIP LOCKED
@@ -86,10 +89,11 @@ BEGIN
 
   SELECT array_agg(due.id) INTO batch
   FROM unnest(claimed) AS one(subscription_id)
+  JOIN webhook.subscriptions s ON s.id = one.subscription_id
   CROSS JOIN LATERAL (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND (e.not_before IS NULL OR e.not_before <= now())
+      AND webhook.event_is_due(e, s.topic_id IS NOT NULL)
     ORDER BY e.id
     LIMIT max_events
   ) due;

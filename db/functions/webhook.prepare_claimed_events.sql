@@ -1,9 +1,12 @@
 -- The events of a claim (webhook.claim_subscription_events,
 -- webhook.claim_more_subscription_events), before anything is sent:
---   * an event is superseded (and settled so, without a number) when the
---     claim holds a newer version of its resource, or the subscriber was
---     already called with a newer one (a retry that comes after the next
---     version): a subscriber never receives a version after a newer one;
+--   * an event of a classic subscription is superseded (and settled so,
+--     without a number) when the claim holds a newer version of its
+--     resource, or the subscriber was already called with a newer one (a
+--     retry that comes after the next version): a subscriber never receives
+--     a version after a newer one. A topic-based subscription's events are
+--     changes, not states: each is sent, numbered, and the subscriber orders
+--     them by their numbers;
 --   * the events still without a number get their subscription's next
 --     numbers, in log order: gapless from 1, kept across retries.
 -- Returns the pending ones in the order to send them.
@@ -18,7 +21,8 @@ BEGIN
     SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id,
            max(e.version_id) OVER (PARTITION BY e.subscription_id, e.resource_type, e.resource_id) AS newest_claimed
     FROM webhook.subscription_events e
-    WHERE e.id = ANY (batch)
+    JOIN webhook.subscriptions s ON s.id = e.subscription_id
+    WHERE e.id = ANY (batch) AND s.topic_id IS NULL
   )
   UPDATE webhook.subscription_events e
   SET status = 'superseded', settled_at = now()

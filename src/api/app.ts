@@ -20,6 +20,7 @@ import { metricsRoutes } from './routes/metrics.ts';
 import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
+import { defaultResponseTimeoutMs } from '../config/index.ts';
 
 export type AppOptions = {
   database: DatabaseHandle;
@@ -36,6 +37,8 @@ export type AppOptions = {
   rateLimitPerMinute?: number;
   /** Served at /metrics without a key when given. */
   metrics?: Metrics;
+  /** DELIVERY_RESPONSE_TIMEOUT_MS: the longest backport-timeout a subscription may ask for. */
+  responseTimeoutMs?: number;
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -52,6 +55,7 @@ export async function buildApp({
   requestTimeoutMs = 30_000,
   rateLimitPerMinute = 6000,
   metrics,
+  responseTimeoutMs = defaultResponseTimeoutMs,
 }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger,
@@ -127,7 +131,7 @@ export async function buildApp({
   );
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
-  const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem };
+  const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem, responseTimeoutMs };
   await app.register(
     async (fhir) => {
       await requireKeyWithinLimit(fhir);

@@ -1,5 +1,8 @@
 import { z } from 'zod';
 
+/** How long a subscriber may take to answer a call, unless DELIVERY_RESPONSE_TIMEOUT_MS says otherwise (the API needs it too: a backport-timeout may not exceed it). */
+export const defaultResponseTimeoutMs = 15_000;
+
 /** true/false/1/0/yes/no, as people write them in environment files. */
 const booleanFlag = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'expected true or false' })
@@ -36,7 +39,7 @@ const environmentSchema = z.object({
   DELIVERY_RETRY_DELAYS_MS: millisecondsList.default([10_000, 60_000]),
   DELIVERY_MAX_FAILURES: z.coerce.number().int().min(1).default(3),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
-  DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(15_000),
+  DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
   DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),

@@ -1,4 +1,5 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { PayloadContent } from '../topics/backport.ts';
 
 /** A FHIR resource as JSON. */
 export type FhirResource = { resourceType: string; id?: string; meta?: Record<string, unknown> } & Record<string, unknown>;
@@ -69,6 +70,15 @@ export interface SubscriptionsTable {
   version_id: Generated<number>;
   last_updated: Generated<Date>;
   created_at: Generated<Date>;
+  /** A topic-based subscription's topic (webhook.subscription_topics.id), its filters and channel settings (migrations 0019, 0020); null on a classic one. */
+  topic_id: string | null;
+  /** CompiledFilters (src/topics/compile.ts) as JSON text. */
+  topic_filter: ColumnType<unknown, string | null, string | null>;
+  filter_criteria: string[] | null;
+  payload_content: PayloadContent | null;
+  heartbeat_period_seconds: number | null;
+  timeout_seconds: number | null;
+  max_count: number | null;
 }
 
 export interface DeliveryAttemptsTable {

@@ -9,6 +9,9 @@ import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint, wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
+import type { PayloadContent } from '../topics/backport.ts';
+import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
+import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
 import type { TokenProvider } from './oauth.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
 import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
@@ -42,15 +45,30 @@ export type Target = {
   endpoint: string;
   headers: string[];
   secret: string;
+  /** A classic subscription's criteria (an empty object for one on a topic). */
   compiled: CompiledCriteria;
   contactEmails: string[];
+  /** What a topic-based subscription's notifications are made of; undefined for a classic one. */
+  topic: TopicTarget | undefined;
+};
+
+export type TopicTarget = {
+  /** The topic's canonical URL. */
+  url: string;
+  payloadContent: PayloadContent;
+  /** The includes a full-resource notification adds for each focus type. */
+  shapes: TopicShape[];
+  /** backport-timeout, when it asks for less than DELIVERY_RESPONSE_TIMEOUT_MS. */
+  timeoutMs: number | undefined;
 };
 
 export async function loadTarget(context: DispatchContext, id: string): Promise<Target | undefined> {
   const row = await context.db
-    .selectFrom('webhook.subscriptions')
-    .select(['id', 'status', 'criteria', 'endpoint', 'endpoint_encrypted', 'headers_encrypted', 'signing_secret_encrypted', 'compiled_criteria', 'contact_emails'])
-    .where('id', '=', id)
+    .selectFrom('webhook.subscriptions as s')
+    .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
+    .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
+    .select(['s.payload_content', 's.timeout_seconds', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
   return {
@@ -62,6 +80,15 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     secret: context.box.open(row.signing_secret_encrypted),
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
+    topic:
+      row.payload_content === null || row.topic_url === null
+        ? undefined
+        : {
+            url: row.topic_url,
+            payloadContent: row.payload_content,
+            shapes: (row.topic_compiled as CompiledTopic).shapes,
+            timeoutMs: row.timeout_seconds === null ? undefined : row.timeout_seconds * 1000,
+          },
   };
 }
 
@@ -109,7 +136,7 @@ export async function call(context: DispatchContext, target: Target, resource: u
   const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
   const result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
     dispatcher: context.dispatcher,
-    responseTimeoutMs: context.delivery.responseTimeoutMs,
+    responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
     ...(signal === undefined ? {} : { signal }),
   });
   if (result.refusedAddress !== undefined) {
@@ -122,8 +149,16 @@ export async function call(context: DispatchContext, target: Target, resource: u
   return result;
 }
 
-/** A history Bundle holding a SubscriptionStatus of type handshake (FHIR subscriptions backport). */
+/**
+ * The handshake: for a topic-based subscription the Backport IG's (a history
+ * Bundle with the status Parameters, type handshake); for a classic one the
+ * spec's (a history Bundle holding an R5-style SubscriptionStatus).
+ */
 export function handshakeBundle(context: DispatchContext, target: Target): unknown {
+  if (target.topic !== undefined) {
+    const subject = statusSubject(context, target, target.topic);
+    return notificationBundle(statusParameters(subject, 'handshake', 0, [], resourceUrlFor(context)), subject, [], resourceUrlFor(context));
+  }
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -143,6 +178,16 @@ export function handshakeBundle(context: DispatchContext, target: Target): unkno
       },
     ],
   };
+}
+
+/** A topic-based subscription as its statuses name it. */
+export function statusSubject(context: Pick<DispatchContext, 'baseUrl'>, target: Pick<Target, 'id' | 'status'>, topic: TopicTarget): StatusSubject {
+  return { subscriptionUrl: `${context.baseUrl}/fhir/resources/Subscription/${target.id}`, topicUrl: topic.url, payloadContent: topic.payloadContent, status: target.status };
+}
+
+/** A resource's absolute URL in this service. */
+export function resourceUrlFor(context: Pick<DispatchContext, 'baseUrl'>): (resourceType: string, id: string) => string {
+  return (resourceType, id) => `${context.baseUrl}/fhir/resources/${resourceType}/${id}`;
 }
 
 /** The longest Retry-After honoured: beyond it the configured delay applies. */

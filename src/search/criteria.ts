@@ -52,7 +52,7 @@ export function compileCriteria(criteria: string): CompiledCriteria {
 }
 
 /** The stored includes of a criteria, resolved to their parameters again. */
-export function resolveIncludes(compiled: CompiledCriteria): { include: Include[]; revinclude: Include[] } {
+export function resolveIncludes(compiled: Pick<CompiledCriteria, 'include' | 'revinclude'>): { include: Include[]; revinclude: Include[] } {
   return { include: compiled.include.map(resolveInclude), revinclude: compiled.revinclude.map(resolveInclude) };
 }
 

@@ -3,26 +3,50 @@ import { isResourceType } from '../fhir/definitions.ts';
 import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
 import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
+import { backport, payloadContents, type PayloadContent } from '../topics/backport.ts';
 
 /**
  * What a POST of a Subscription asks for, validated. Refusals use the spec's
  * format: 400, code `exception`, details.text `ValidationError: ['<message>']`.
  */
 export type SubscriptionRequest =
-  | { status: 'off'; criteria: string }
-  | {
-      status: 'requested';
-      criteria: string;
-      compiled: CompiledCriteria;
-      reason: string;
-      endpoint: string;
-      payload: string | undefined;
-      /** channel.header as sent, each `Name: value`. */
-      headers: string[];
-      /** The value of the `secret` header, when the client sent one. */
-      clientSecret: string | undefined;
-      contactEmails: string[];
-    };
+  | { status: 'off'; criteria: string; filterCriteria: string[] | undefined }
+  | ({ status: 'requested'; criteria: string } & Channel & (ClassicCriteria | TopicCriteria));
+
+/** A classic subscription's criteria, compiled (`Patient?name=smith`). */
+type ClassicCriteria = { kind: 'criteria'; compiled: CompiledCriteria };
+
+/**
+ * A topic-based subscription (Backport IG): `criteria` is the topic's
+ * canonical, resolved and its filters checked against it by the store.
+ */
+export type TopicCriteria = {
+  kind: 'topic';
+  /** The backport-filter-criteria values, sorted (what uniqueness compares). */
+  filterCriteria: string[];
+  payloadContent: PayloadContent;
+  heartbeatPeriodSeconds: number | undefined;
+  timeoutSeconds: number | undefined;
+  maxCount: number | undefined;
+};
+
+/** Where and how the service calls the subscriber, whatever the subscription is on. */
+type Channel = {
+  reason: string;
+  endpoint: string;
+  payload: string | undefined;
+  /** channel.header as sent, each `Name: value`. */
+  headers: string[];
+  /** The value of the `secret` header, when the client sent one. */
+  clientSecret: string | undefined;
+  contactEmails: string[];
+};
+
+/** What a request is checked against besides itself. */
+export type RequestLimits = {
+  /** How long the service waits for a subscriber's answer (DELIVERY_RESPONSE_TIMEOUT_MS): a backport-timeout may not exceed it. */
+  responseTimeoutMs: number;
+};
 
 export function refusal(message: string): FhirError {
   return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
@@ -125,7 +149,7 @@ function isHttpUrl(text: string): boolean {
 /** Criteria longer than this are refused: real ones are a few dozen characters, and each is compiled and evaluated on every write of its type. */
 export const maxCriteriaLength = 2048;
 
-export function parseSubscriptionRequest(body: unknown): SubscriptionRequest {
+export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): SubscriptionRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw refusal('The body must be a Subscription resource (a JSON object)');
   const resource = body as Record<string, unknown>;
   if (resource.resourceType !== 'Subscription') {
@@ -140,26 +164,23 @@ export function parseSubscriptionRequest(body: unknown): SubscriptionRequest {
   if (criteria.length > maxCriteriaLength) {
     throw refusal(`criteria is ${criteria.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
   }
+  const onTopic = isTopicCanonical(criteria);
+  const filterCriteria = onTopic ? parseFilterCriteria(resource._criteria) : undefined;
+  if (!onTopic && resource._criteria !== undefined) throw refusal('_criteria (filters on a topic) applies to topic-based subscriptions; a criteria such as Patient?name=smith holds its filters itself');
 
-  if (resource.status === 'off') return { status: 'off', criteria };
+  if (resource.status === 'off') return { status: 'off', criteria, filterCriteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
 
   const parsed = createSchema.safeParse(resource);
   if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
   const { reason, channel, contact: contacts = [] } = parsed.data;
 
-  const resourceType = criteria.split('?')[0]!;
-  if (!isResourceType(resourceType)) throw refusal(`criteria=${criteria} is not a valid FHIR resource`);
-  const compiled = compileOrRefuse(criteria);
-
   const headers = channel.header ?? [];
   const secrets = headers.map((item) => headerPattern.exec(item)!).filter((match) => match[1]!.toLowerCase() === 'secret');
   if (secrets.length > 1) throw refusal('channel.header has more than one secret header');
-
-  return {
-    status: 'requested',
+  const common = {
+    status: 'requested' as const,
     criteria,
-    compiled,
     reason,
     endpoint: channel.endpoint,
     payload: channel.payload,
@@ -167,6 +188,84 @@ export function parseSubscriptionRequest(body: unknown): SubscriptionRequest {
     clientSecret: secrets[0]?.[2],
     contactEmails: contacts.map((item) => item.value),
   };
+  if (onTopic) return { ...common, kind: 'topic', filterCriteria: filterCriteria!, ...parseBackportChannel(resource.channel, limits) };
+
+  const resourceType = criteria.split('?')[0]!;
+  if (!isResourceType(resourceType)) throw refusal(`criteria=${criteria} is not a valid FHIR resource`);
+  return { ...common, kind: 'criteria', compiled: compileOrRefuse(criteria) };
+}
+
+/**
+ * A topic's canonical URL (`http://example.org/topics/encounter-finished`,
+ * with `|version` perhaps) rather than a search: a search starts with a
+ * resource type, which has no colon.
+ */
+export function isTopicCanonical(criteria: string): boolean {
+  return /^(https?|urn):/i.test(criteria);
+}
+
+/** The most filters one subscription may set: each is evaluated on every write the topic fires on. */
+const maxFilters = 20;
+
+const extensionList = (where: string) =>
+  z
+    .object({ extension: z.array(z.looseObject({ url: z.string() }), { error: `${where}.extension must be an array of extensions with a url` }).optional() }, { error: `${where} must be an object` })
+    .optional();
+
+/** Subscription._criteria's backport-filter-criteria values, sorted. */
+function parseFilterCriteria(element: unknown): string[] {
+  const parsed = extensionList('_criteria').safeParse(element);
+  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
+  const filters = (parsed.data?.extension ?? [])
+    .map((item) => {
+      // An extension the service does not know (another version's filter-criteria, say) would change what the subscription means if ignored.
+      if (item.url !== backport.filterCriteria) throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
+      if (typeof item.valueString !== 'string' || item.valueString === '') throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
+      return item.valueString;
+    });
+  if (filters.length > maxFilters) throw refusal(`_criteria has ${filters.length} backport-filter-criteria extensions; the limit is ${maxFilters}`);
+  if (new Set(filters).size < filters.length) throw refusal('_criteria has the same backport-filter-criteria twice');
+  return filters.sort();
+}
+
+/** The Backport IG's extensions on a topic-based subscription's channel. */
+function parseBackportChannel(channel: unknown, limits: RequestLimits): Omit<TopicCriteria, 'kind' | 'filterCriteria'> {
+  const { extension = [], _payload } = channel as { extension?: unknown; _payload?: unknown };
+  const payload = extensionList('channel._payload').safeParse(_payload);
+  if (!payload.success) throw refusal(payload.error.issues[0]!.message);
+  const onChannel = extensionList('channel').safeParse({ extension });
+  if (!onChannel.success) throw refusal(onChannel.error.issues[0]!.message);
+
+  const content = single(payload.data?.extension ?? [], backport.payloadContent, 'valueCode');
+  if (content !== undefined && !(payloadContents as readonly unknown[]).includes(content)) {
+    throw refusal(`channel.payload's backport-payload-content must be ${payloadContents.join(', ')}`);
+  }
+  if (content === undefined) throw refusal(`channel._payload needs a backport-payload-content extension (${payloadContents.join(', ')}): how much of each event a notification carries`);
+  const extensions = onChannel.data?.extension ?? [];
+  const seconds = (url: string, name: string) => {
+    const value = single(extensions, url, 'valueUnsignedInt');
+    if (value !== undefined && (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 2_147_483_647)) throw refusal(`channel's ${name} must be a whole number of seconds, at least 1`);
+    return value as number | undefined;
+  };
+  const heartbeatPeriodSeconds = seconds(backport.heartbeatPeriod, 'backport-heartbeat-period');
+  const timeoutSeconds = seconds(backport.timeout, 'backport-timeout');
+  const budgetSeconds = Math.floor(limits.responseTimeoutMs / 1000);
+  if (timeoutSeconds !== undefined && timeoutSeconds > budgetSeconds) {
+    throw refusal(`channel's backport-timeout is ${timeoutSeconds} seconds; this service waits at most ${budgetSeconds} seconds for a subscriber's answer`);
+  }
+  const maxCount = single(extensions, backport.maxCount, 'valuePositiveInt');
+  if (maxCount !== undefined && (!Number.isInteger(maxCount) || (maxCount as number) < 1 || (maxCount as number) > 2_147_483_647)) throw refusal("channel's backport-max-count must be a positive whole number");
+  return { payloadContent: content as PayloadContent, heartbeatPeriodSeconds, timeoutSeconds, maxCount: maxCount as number | undefined };
+}
+
+/** The value of the one extension with `url` (refused when given twice or without a value of its type). */
+function single(extensions: { url: string; [key: string]: unknown }[], url: string, valueKey: string): unknown {
+  const found = extensions.filter((item) => item.url === url);
+  const name = url.slice(url.lastIndexOf('/') + 1);
+  if (found.length > 1) throw refusal(`${name} is given ${found.length} times`);
+  if (found.length === 0) return undefined;
+  if (found[0]![valueKey] === undefined) throw refusal(`${name} needs a ${valueKey}`);
+  return found[0]![valueKey];
 }
 
 function compileOrRefuse(criteria: string): CompiledCriteria {

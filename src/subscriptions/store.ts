@@ -4,11 +4,15 @@ import pg from 'pg';
 import type { Db } from '../db/database.ts';
 import { enqueueJob } from '../dispatch/tasks/jobs.ts';
 import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
-import { notFound } from '../fhir/outcome.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
-import { parseSubscriptionRequest, refusal, type SubscriptionRequest } from './requests.ts';
+import { parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
 import type { SecretBox } from './secrets.ts';
+import { FhirError, notFound } from '../fhir/outcome.ts';
+import type { CompiledCriteria } from '../search/criteria.ts';
+import { backport } from '../topics/backport.ts';
+import { compileFilterCriteria, type CompiledFilters } from '../topics/compile.ts';
+import { canonicalOf, findTopic } from '../topics/store.ts';
 
 /** What rendering and storing a subscription needs besides the database. */
 export type SubscriptionContext = {
@@ -17,7 +21,7 @@ export type SubscriptionContext = {
   baseUrl: string;
   /** Last path segment of the identifier tag's system. */
   namingSystem: string;
-};
+} & RequestLimits;
 
 /**
  * Who asks: an API key, and whether it may see and switch off every
@@ -36,8 +40,8 @@ type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_a
  * the same criteria (status off). `created` tells which.
  */
 export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown, caller: Caller): Promise<{ created: boolean; resource: FhirResource }> {
-  const request = parseSubscriptionRequest(body);
-  if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request.criteria, caller), context, 'stored') };
+  const request = parseSubscriptionRequest(body, context);
+  if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request, caller), context, 'stored') };
   const row = await inTransaction(db, (transaction) => create(transaction, context, request, caller));
   return { created: true, resource: render(row, context, { echoReason: request.reason }) };
 }
@@ -119,11 +123,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
     .values({
       status: 'requested',
       criteria: request.criteria,
-      resource_type: request.compiled.resourceType,
-      compiled_criteria: JSON.stringify(request.compiled),
-      match: request.compiled.match,
-      match_deleted: request.compiled.matchDeleted,
-      related_match: request.compiled.relatedMatch === null ? null : JSON.stringify(request.compiled.relatedMatch),
+      ...(request.kind === 'criteria' ? criteriaColumns(request.compiled) : await topicColumns(db, request.criteria, request)),
       ...endpointColumns(request.endpoint, context.box),
       payload: request.payload ?? null,
       headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
@@ -139,9 +139,8 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
     .executeTakeFirstOrThrow()
     .catch((error: unknown) => {
       if (error instanceof pg.DatabaseError && error.constraint === 'subscriptions_one_live_per_criteria') {
-        throw refusal(
-          `A live (requested or active) subscription already exists for criteria=${request.criteria} (constraint subscriptions_one_live_per_criteria): switch it off first`,
-        );
+        const what = request.kind === 'topic' ? `topic ${request.criteria} with ${filtersText(request.filterCriteria)}` : `criteria=${request.criteria}`;
+        throw refusal(`A live (requested or active) subscription already exists for ${what} (constraint subscriptions_one_live_per_criteria): switch it off first`);
       }
       throw error;
     });
@@ -150,22 +149,71 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
   return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
+function criteriaColumns(compiled: CompiledCriteria) {
+  return {
+    resource_type: compiled.resourceType,
+    compiled_criteria: JSON.stringify(compiled),
+    match: compiled.match,
+    match_deleted: compiled.matchDeleted,
+    related_match: compiled.relatedMatch === null ? null : JSON.stringify(compiled.relatedMatch),
+  };
+}
+
 /**
- * Switches a criteria off: every subscription for it that is not off yet
- * becomes off — the live one, and those in error (superseded by it or not),
- * so that nothing is called for this criteria again. The answer is the live
- * one, else the latest in error. (The spec leaves switching off a subscription
- * in error open; a client expects it to end rather than be reactivated later.)
+ * A topic-based subscription's columns: its topic, which must be known and
+ * active, and its filters, each one the topic offers, compiled.
  */
-async function switchOff(db: Db, criteria: string, caller: Caller): Promise<Row> {
+async function topicColumns(db: Db, canonical: string, request: TopicCriteria) {
+  const topic = await findTopic(db, canonical);
+  if (topic === undefined) throw refusal(`criteria=${canonical} is not a topic this service offers (GET /fhir/resources/metadata lists them)`);
+  if (topic.status === 'retired') throw refusal(`criteria=${canonical}: the topic ${canonicalOf(topic.url, topic.version)} is retired and takes no new subscriptions`);
+  let filters: CompiledFilters;
+  try {
+    filters = compileFilterCriteria(topic.compiled, request.filterCriteria);
+  } catch (error) {
+    if (error instanceof FhirError) throw refusal(`_criteria: ${error.message}`);
+    throw error;
+  }
+  return {
+    resource_type: null,
+    compiled_criteria: '{}',
+    match: null,
+    match_deleted: null,
+    related_match: null,
+    topic_id: topic.id,
+    topic_filter: JSON.stringify(filters),
+    filter_criteria: request.filterCriteria,
+    payload_content: request.payloadContent,
+    heartbeat_period_seconds: request.heartbeatPeriodSeconds ?? null,
+    timeout_seconds: request.timeoutSeconds ?? null,
+    max_count: request.maxCount ?? null,
+  };
+}
+
+function filtersText(filterCriteria: string[] | null | undefined): string {
+  return filterCriteria === null || filterCriteria === undefined || filterCriteria.length === 0 ? 'no filters' : `the filters ${filterCriteria.join(', ')}`;
+}
+
+/**
+ * Switches a criteria off (for a topic-based subscription, the topic with the
+ * same filters): every subscription for it that is not off yet becomes off —
+ * the live one, and those in error (superseded by it or not), so that nothing
+ * is called for this criteria again. The answer is the live one, else the
+ * latest in error. (The spec leaves switching off a subscription in error
+ * open; a client expects it to end rather than be reactivated later.)
+ */
+async function switchOff(db: Db, { criteria, filterCriteria }: Extract<SubscriptionRequest, { status: 'off' }>, caller: Caller): Promise<Row> {
   const ending = await visibleTo(db.selectFrom('webhook.subscriptions'), caller)
     .select(['id', 'status'])
     .where('criteria', '=', criteria)
+    .where(sql<boolean>`filter_criteria IS NOT DISTINCT FROM ${filterCriteria ?? null}::text[]`)
     .where('status', '!=', 'off')
     .orderBy('created_at', 'desc')
     .execute();
   const shown = ending.find((row) => row.status === 'requested' || row.status === 'active') ?? ending[0];
-  if (!shown) throw refusal(`Not found webhook active or requested for criteria=${criteria}`);
+  if (!shown) {
+    throw refusal(`Not found webhook active or requested for criteria=${criteria}${filterCriteria === undefined ? '' : ` with ${filtersText(filterCriteria)}`}`);
+  }
   await db
     .updateTable('webhook.subscriptions')
     .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
@@ -198,23 +246,44 @@ function selectRows(db: Db) {
  */
 function render(row: Row, context: SubscriptionContext, reason: 'stored' | { echoReason: string }): FhirResource {
   const headers = JSON.parse(context.box.open(row.headers_encrypted)) as string[];
+  const onTopic = row.payload_content !== null;
+  const channelExtensions = backportChannelExtensions(row);
   return {
     resourceType: 'Subscription',
     id: row.id,
-    meta: { versionId: String(row.version_id), lastUpdated: row.last_updated_text, tag: [{ system: tagSystem(context), code: row.identifier }] },
+    meta: {
+      versionId: String(row.version_id),
+      lastUpdated: row.last_updated_text,
+      ...(onTopic ? { profile: [backport.subscriptionProfile] } : {}),
+      tag: [{ system: tagSystem(context), code: row.identifier }],
+    },
     status: row.status,
     ...(row.contact_emails.length === 0 ? {} : { contact: row.contact_emails.map((value) => ({ system: 'email', value })) }),
     ...(row.ended_at_text === null ? {} : { end: row.ended_at_text }),
     reason: reason === 'stored' ? '-' : reason.echoReason,
     criteria: row.criteria,
+    ...(row.filter_criteria === null || row.filter_criteria.length === 0
+      ? {}
+      : { _criteria: { extension: row.filter_criteria.map((valueString) => ({ url: backport.filterCriteria, valueString })) } }),
     ...(row.error === null ? {} : { error: row.error }),
     channel: {
+      ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
       type: 'rest-hook',
       endpoint: wholeEndpoint(row, context.box),
       ...(row.payload === null ? {} : { payload: row.payload }),
+      ...(onTopic ? { _payload: { extension: [{ url: backport.payloadContent, valueCode: row.payload_content }] } } : {}),
       ...(headers.length === 0 ? {} : { header: headers }),
     },
   };
+}
+
+/** A topic-based subscription's channel settings, as the Backport IG's extensions (none when not set). */
+function backportChannelExtensions(row: Row): { url: string; [value: string]: unknown }[] {
+  return [
+    ...(row.heartbeat_period_seconds === null ? [] : [{ url: backport.heartbeatPeriod, valueUnsignedInt: row.heartbeat_period_seconds }]),
+    ...(row.timeout_seconds === null ? [] : [{ url: backport.timeout, valueUnsignedInt: row.timeout_seconds }]),
+    ...(row.max_count === null ? [] : [{ url: backport.maxCount, valuePositiveInt: row.max_count }]),
+  ];
 }
 
 function tagSystem(context: SubscriptionContext): string {

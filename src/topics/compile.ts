@@ -1,8 +1,9 @@
 import { isResourceType } from '../fhir/definitions.ts';
-import { FhirError } from '../fhir/outcome.ts';
+import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { compileCriteria, type StoredInclude } from '../search/criteria.ts';
+import { compileFilters } from '../search/jsonpath.ts';
 import { isSupported, searchParametersOf } from '../search/parameters.ts';
-import { modifiersByType } from '../search/query.ts';
+import { modifiersByType, parseCriteriaString, type Filter } from '../search/query.ts';
 import { TopicRefused, type SubscriptionTopic } from './definition.ts';
 
 /**
@@ -138,5 +139,53 @@ function refusingAs<T>(element: string, compile: () => T): T {
   } catch (error) {
     if (error instanceof FhirError) throw new TopicRefused(element, error.message);
     throw error;
+  }
+}
+
+/** A subscription's filters compiled per focus type: a jsonpath predicate each (webhook.subscriptions.topic_filter). */
+export type CompiledFilters = Record<string, string>;
+
+/**
+ * A topic-based subscription's filter-criteria (`Encounter?patient=Patient/123`,
+ * each a search on one of the topic's focus types), checked against the
+ * topic's canFilterBy and compiled by the search compiler: the filters of one
+ * type AND together. A filter the topic does not offer (a parameter, a
+ * modifier or a comparator it does not list), a chain, _has or a result
+ * parameter is refused (FhirError), naming it. Without a listed modifier or
+ * comparator, only the plain parameter and `eq` are allowed.
+ */
+export function compileFilterCriteria(topic: CompiledTopic, filterCriteria: string[]): CompiledFilters {
+  const byType = new Map<string, Filter[]>();
+  for (const criteria of filterCriteria) {
+    const query = parseCriteriaString(criteria);
+    const focusTypes = [...new Set(topic.triggers.map((trigger) => trigger.resourceType))];
+    if (!focusTypes.includes(query.resourceType)) {
+      throw badRequest(`filter ${criteria}: the topic is about ${focusTypes.join(', ')}, not ${query.resourceType}`);
+    }
+    const beyond = [query.related.length > 0 && 'chains and _has', (query.include.length > 0 || query.revinclude.length > 0) && '_include and _revinclude'].find(Boolean);
+    if (beyond) throw badRequest(`filter ${criteria}: ${beyond} are not filters a topic offers`);
+    if (query.filters.length === 0) throw badRequest(`filter ${criteria} has no filter parameter`);
+    for (const filter of query.filters) checkOffered(topic, query.resourceType, filter, criteria);
+    byType.set(query.resourceType, [...(byType.get(query.resourceType) ?? []), ...query.filters]);
+  }
+  return Object.fromEntries([...byType].map(([resourceType, filters]) => [resourceType, compileFilters(filters)!]));
+}
+
+function checkOffered(topic: CompiledTopic, resourceType: string, filter: Filter, criteria: string): void {
+  const code = filter.parameter.code;
+  const offered = topic.filters.find((candidate) => candidate.resourceType === resourceType && candidate.parameter === code);
+  if (offered === undefined) {
+    const offers = topic.filters.filter((candidate) => candidate.resourceType === resourceType).map((candidate) => candidate.parameter);
+    throw badRequest(`filter ${criteria}: the topic does not offer filtering ${resourceType} by '${code}' (its canFilterBy: ${offers.length === 0 ? 'none' : offers.join(', ')})`);
+  }
+  const modifier = filter.modifier === undefined ? undefined : typeof filter.modifier === 'string' ? filter.modifier : filter.modifier.type;
+  if (modifier !== undefined && !(offered.modifiers ?? []).includes(modifier)) {
+    throw badRequest(`filter ${criteria}: the topic does not offer the modifier :${modifier} on '${code}'`);
+  }
+  for (const value of filter.values) {
+    const prefix = 'prefix' in value ? value.prefix : 'eq';
+    if (prefix !== 'eq' && !(offered.comparators ?? []).includes(prefix)) {
+      throw badRequest(`filter ${criteria}: the topic does not offer the comparator ${prefix} on '${code}'`);
+    }
   }
 }

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { compileTopic, type CompiledTopic } from './compile.ts';
 import { parseSubscriptionTopic, TopicRefused, type SubscriptionTopic } from './definition.ts';
@@ -94,6 +95,28 @@ export async function retireTopic(db: Db, canonical: string): Promise<string[]> 
     .returning(['url', 'version'])
     .execute();
   return rows.map((row) => canonicalOf(row.url, row.version));
+}
+
+/** A topic as a subscription refers to it. */
+export type TopicReference = { id: string; url: string; version: string | null; status: 'active' | 'retired'; compiled: CompiledTopic };
+
+/**
+ * The topic a subscription's criteria names: `url|version` that version,
+ * `url` alone its newest active version (else its newest, retired). Undefined
+ * when the service has no such topic.
+ */
+export async function findTopic(db: Db, canonical: string): Promise<TopicReference | undefined> {
+  const { url, version } = parseCanonical(canonical);
+  const row = await db
+    .selectFrom('webhook.subscription_topics')
+    .select(['id', 'url', 'version', 'status', 'compiled'])
+    .where('url', '=', url)
+    .$if(version !== undefined, (query) => query.where('version', '=', version!))
+    .orderBy(sql`status = 'active'`, 'desc')
+    .orderBy('added_at', 'desc')
+    .orderBy('id', 'desc')
+    .executeTakeFirst();
+  return row === undefined ? undefined : { ...row, id: String(row.id), compiled: row.compiled as CompiledTopic };
 }
 
 /** `url|version`, or the URL alone for a topic without a version. */

@@ -5,7 +5,20 @@ import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate } from '../../subscriptions/state.ts';
-import { attemptRecord, call, countCalls, describeFailure, retryDelay, ShutdownAbort, type DispatchContext, type Target } from '../delivery.ts';
+import { notificationBundle, statusParameters, type TopicEvent } from '../../topics/notification.ts';
+import {
+  attemptRecord,
+  call,
+  countCalls,
+  describeFailure,
+  resourceUrlFor,
+  retryDelay,
+  ShutdownAbort,
+  statusSubject,
+  type DispatchContext,
+  type Target,
+  type TopicTarget,
+} from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
 import { maxEventsPerClaim, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
@@ -249,7 +262,8 @@ export async function loadVersions(db: Db, events: VersionEvent[]): Promise<Vers
 type NotificationBody = { body: unknown; committedAt: Date };
 
 /**
- * Each event's body: the resource version itself; for _include/_revinclude
+ * Each event's body. For a topic-based subscription, the Backport IG's
+ * notification (topicNotification). For a classic one: the resource version itself; for _include/_revinclude
  * criteria a searchset Bundle with it (match) and its related resources
  * (include); for a deletion the deleted resource tagged DELETE. Undefined for
  * a version that is gone.
@@ -259,6 +273,7 @@ async function notificationBodies(context: DispatchContext, target: Target, even
     events.map(async (event) => {
       const version = versions.get(eventKey(event));
       if (version === undefined) return undefined;
+      if (target.topic !== undefined) return { body: await topicNotification(context, target, target.topic, event, version), committedAt: version.lastUpdated };
       const resource = version.content;
       if (event.deleted) {
         const meta = (resource.meta ?? {}) as { tag?: unknown[] };
@@ -285,5 +300,42 @@ async function withIncludes(context: DispatchContext, target: Target, resource: 
     // Includes past the bounds of one answer: the event still goes, saying why it comes without them.
     if (!(error instanceof FhirError)) throw error;
     return bundle([{ resource: error.outcome, search: { mode: 'outcome' } }]);
+  }
+}
+
+/**
+ * A topic-based subscription's notification of one event (so that its
+ * max-count, at least 1, always holds, and each event is retried and
+ * recorded on its own): its number, and as much of it as the payload
+ * content says, the notification shape's includes of the focus as its
+ * additional context with full-resource.
+ */
+async function topicNotification(context: DispatchContext, target: Target, topic: TopicTarget, event: ClaimedEvent, version: { content: FhirResource; lastUpdated: Date }): Promise<unknown> {
+  const full = topic.payloadContent === 'full-resource' && !event.deleted;
+  const topicEvent: TopicEvent = {
+    eventNumber: event.eventNumber,
+    timestamp: version.lastUpdated.toISOString(),
+    resourceType: event.resourceType,
+    resourceId: event.resourceId,
+    versionId: event.versionId,
+    deleted: event.deleted,
+    ...(full ? { resource: version.content, additionalContext: await additionalContext(context, target.id, topic, version.content) } : {}),
+  };
+  const subject = statusSubject(context, target, topic);
+  const resourceUrl = resourceUrlFor(context);
+  return notificationBundle(statusParameters(subject, 'event-notification', event.eventNumber, [topicEvent], resourceUrl), subject, [topicEvent], resourceUrl);
+}
+
+/** The resources the topic's notification shape includes for a focus (none past the bounds of one answer: the event still goes). */
+async function additionalContext(context: DispatchContext, subscriptionId: string, topic: TopicTarget, focus: FhirResource): Promise<FhirResource[]> {
+  const shape = topic.shapes.find((candidate) => candidate.resourceType === focus.resourceType);
+  if (shape === undefined || (shape.include.length === 0 && shape.revinclude.length === 0)) return [];
+  const { include, revinclude } = resolveIncludes({ include: shape.include, revinclude: shape.revinclude });
+  try {
+    return await includedResources(context.db, [focus], include, revinclude);
+  } catch (error) {
+    if (!(error instanceof FhirError)) throw error;
+    context.logger.warn({ subscriptionId, reason: error.message }, 'a notification goes without its additional context');
+    return [];
   }
 }

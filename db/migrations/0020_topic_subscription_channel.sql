@@ -1,0 +1,76 @@
+-- Up Migration
+
+-- What a topic-based subscription asks of its channel and its filters
+-- (FHIR Subscriptions R5 Backport IG, the backport-subscription profile),
+-- beside the topic (topic_id, migration 0019). A classic subscription has
+-- none of them.
+ALTER TABLE webhook.subscriptions
+  -- Its filters as the client sent them (Subscription.criteria's
+  -- backport-filter-criteria extensions, `Encounter?patient=Patient/123`),
+  -- sorted: with the topic, they are what "one live subscription per
+  -- criteria" compares. topic_filter holds them compiled.
+  ADD COLUMN filter_criteria text[],
+  -- How much of each event a notification carries (backport-payload-content):
+  -- empty (nothing but the status), id-only (references), full-resource.
+  ADD COLUMN payload_content text,
+  -- backport-heartbeat-period: a heartbeat is sent when no notification went
+  -- out for this many seconds.
+  ADD COLUMN heartbeat_period_seconds integer,
+  -- backport-timeout: how long the subscriber may take to answer a call
+  -- (at most the service's DELIVERY_RESPONSE_TIMEOUT_MS, which applies when NULL).
+  ADD COLUMN timeout_seconds integer,
+  -- backport-max-count: at most this many events in one notification.
+  ADD COLUMN max_count integer,
+  ADD CONSTRAINT subscriptions_payload_content_known CHECK (payload_content IN ('empty', 'id-only', 'full-resource')),
+  ADD CONSTRAINT subscriptions_payload_content_on_a_topic CHECK ((payload_content IS NOT NULL) = (topic_id IS NOT NULL)),
+  ADD CONSTRAINT subscriptions_channel_settings_on_a_topic
+    CHECK (topic_id IS NOT NULL OR (filter_criteria IS NULL AND heartbeat_period_seconds IS NULL AND timeout_seconds IS NULL AND max_count IS NULL)),
+  ADD CONSTRAINT subscriptions_heartbeat_period_positive CHECK (heartbeat_period_seconds > 0),
+  ADD CONSTRAINT subscriptions_timeout_positive CHECK (timeout_seconds > 0),
+  ADD CONSTRAINT subscriptions_max_count_positive CHECK (max_count > 0);
+
+COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS
+  'A topic-based subscription''s filters as sent (backport-filter-criteria), sorted; NULL for a classic subscription.';
+COMMENT ON COLUMN webhook.subscriptions.payload_content IS
+  'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
+
+-- "At most one live subscription per criteria" (0002, 0011) now reads "per
+-- criteria and filters": two subscriptions on one topic with different
+-- filters are different subscriptions. For a classic subscription (no
+-- filters) the digest is the criteria's, as before. The filters are encoded
+-- as a JSON array, which no two different lists share.
+-- IMMUTABLE, as an index expression must be: to_jsonb of a text array and
+-- convert_to only depend on the database's encoding, which never changes.
+CREATE FUNCTION webhook.criteria_and_filters_digest(criteria text, filter_criteria text[]) RETURNS bytea
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  RETURN CASE WHEN filter_criteria IS NULL THEN webhook.criteria_digest(criteria)
+              ELSE sha256(convert_to(jsonb_build_array(criteria, to_jsonb(filter_criteria))::text, 'UTF8')) END;
+
+DROP INDEX webhook.subscriptions_one_live_per_criteria;
+
+CREATE UNIQUE INDEX subscriptions_one_live_per_criteria
+  ON webhook.subscriptions (webhook.criteria_and_filters_digest(criteria, filter_criteria))
+  WHERE status IN ('requested', 'active');
+
+-- Down Migration
+
+DROP INDEX webhook.subscriptions_one_live_per_criteria;
+
+CREATE UNIQUE INDEX subscriptions_one_live_per_criteria
+  ON webhook.subscriptions (webhook.criteria_digest(criteria))
+  WHERE status IN ('requested', 'active');
+
+DROP FUNCTION webhook.criteria_and_filters_digest(text, text[]);
+
+ALTER TABLE webhook.subscriptions
+  DROP CONSTRAINT subscriptions_max_count_positive,
+  DROP CONSTRAINT subscriptions_timeout_positive,
+  DROP CONSTRAINT subscriptions_heartbeat_period_positive,
+  DROP CONSTRAINT subscriptions_channel_settings_on_a_topic,
+  DROP CONSTRAINT subscriptions_payload_content_on_a_topic,
+  DROP CONSTRAINT subscriptions_payload_content_known,
+  DROP COLUMN max_count,
+  DROP COLUMN timeout_seconds,
+  DROP COLUMN heartbeat_period_seconds,
+  DROP COLUMN payload_content,
+  DROP COLUMN filter_criteria;

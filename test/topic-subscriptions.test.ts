@@ -1,0 +1,262 @@
+import { readFileSync } from 'node:fs';
+import { verify } from '@octokit/webhooks-methods';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { addTopics, retireTopic } from '../src/topics/store.ts';
+import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
+import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
+import { untilStatus } from './support/subscriptions.ts';
+
+/**
+ * Topic-based subscriptions (Backport IG) end to end: created through the
+ * API, triggered by API writes and by plain SQL, notifications received by a
+ * real receiver on loopback and checked as a conformance tester would.
+ */
+
+let t: TestApp;
+let workers: Workers;
+const receivers: Receiver[] = [];
+
+const topicUrl = 'http://example.org/topics/encounter-complete';
+const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+
+beforeAll(async () => {
+  t = await startTestApp();
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_MAX_FAILURES: '3', DELIVERY_RESPONSE_TIMEOUT_MS: '5000' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
+  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+});
+afterAll(async () => {
+  await workers.stop();
+  await Promise.all(receivers.map((receiver) => receiver.close()));
+  await t.close();
+});
+
+async function receiver(): Promise<Receiver> {
+  const started = await startReceiver();
+  receivers.push(started);
+  return started;
+}
+
+type Options = { content?: string; filters?: string[]; channelExtensions?: unknown[]; criteria?: string; endpoint?: string };
+
+function topicSubscription({ content = 'id-only', filters = [], channelExtensions = [], criteria = topicUrl, endpoint = 'http://127.0.0.1:9/none' }: Options = {}) {
+  return {
+    resourceType: 'Subscription',
+    status: 'requested',
+    reason: 'Encounters that became finished',
+    criteria,
+    ...(filters.length === 0 ? {} : { _criteria: { extension: filters.map((valueString) => ({ url: `${ig}/backport-filter-criteria`, valueString })) } }),
+    channel: {
+      ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
+      type: 'rest-hook',
+      endpoint,
+      payload: 'application/fhir+json',
+      _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: content }] },
+      header: ['secret: topic-secret', 'Authorization: Bearer inferno-token'],
+    },
+  };
+}
+
+async function subscribeToTopic(options: Options): Promise<{ id: string; receiver: Receiver; created: Json }> {
+  const endpoint = await receiver();
+  const response = await t.fhir('POST', '/Subscription', topicSubscription({ ...options, endpoint: endpoint.url }));
+  expect(response.statusCode, response.body).toBe(201);
+  const created = response.json<Json>();
+  await untilStatus(t, created.id, 'active');
+  return { id: created.id, receiver: endpoint, created };
+}
+
+const encounter = (id: string, status: string, patient: string) => ({ resourceType: 'Encounter', id, status, class: { code: 'AMB' }, subject: { reference: patient } });
+
+/** The calls after the handshake, once `count` of them have come. */
+async function notifications(endpoint: Receiver, count: number): Promise<ReceivedCall[]> {
+  await endpoint.waitForCalls(count + 1);
+  return endpoint.calls.slice(1);
+}
+
+describe('creating a subscription on a topic', () => {
+  it('answers 201 with the subscription as stored (its profile and every extension), then hands shake in the IG shape', async () => {
+    const { id, receiver: endpoint, created } = await subscribeToTopic({
+      filters: ['Encounter?patient=Patient/created'],
+      channelExtensions: [
+        { url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 3600 },
+        { url: `${ig}/backport-timeout`, valueUnsignedInt: 5 },
+        { url: `${ig}/backport-max-count`, valuePositiveInt: 10 },
+      ],
+    });
+    expect(created).toMatchObject({
+      meta: { profile: [`${ig}/backport-subscription`] },
+      status: 'requested',
+      criteria: topicUrl,
+      _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: 'Encounter?patient=Patient/created' }] },
+      channel: {
+        type: 'rest-hook',
+        payload: 'application/fhir+json',
+        _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+        header: ['secret: topic-secret', 'Authorization: Bearer inferno-token'],
+      },
+    });
+    expect(created.channel.extension).toEqual([
+      { url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 3600 },
+      { url: `${ig}/backport-timeout`, valueUnsignedInt: 5 },
+      { url: `${ig}/backport-max-count`, valuePositiveInt: 10 },
+    ]);
+    const handshake = endpoint.calls[0]!;
+    expect(notificationProblems(handshake.json, { subscriptionId: id, type: 'handshake', status: 'requested', content: 'id-only' })).toEqual([]);
+    expect(statusValue(handshake.json, 'events-since-subscription-start')).toBe('0');
+    expect(statusValue(handshake.json, 'topic')).toBe(topicUrl);
+    expect(handshake.headers['content-type']).toBe('application/fhir+json');
+    expect(handshake.headers.authorization).toBe('Bearer inferno-token');
+    expect(await verify('topic-secret', handshake.body.toString('utf8'), handshake.headers['x-hub-signature'] as string)).toBe(true);
+    // Read back as created.
+    const read = (await t.fhir('GET', `/Subscription/${id}`)).json<{ resource: Record<string, unknown> }>().resource;
+    expect(read).toMatchObject({ criteria: topicUrl, _criteria: created._criteria, channel: { extension: created.channel.extension, _payload: created.channel._payload } });
+  });
+
+  it.each([
+    ['an unknown topic', { criteria: 'http://example.org/topics/unknown' }, 'criteria=http://example.org/topics/unknown is not a topic this service offers'],
+    ['an unknown version', { criteria: `${topicUrl}|9.9` }, `criteria=${topicUrl}|9.9 is not a topic this service offers`],
+    ['a filter the topic does not offer', { filters: ['Encounter?status=finished'] }, "the topic does not offer filtering Encounter by 'status' (its canFilterBy: patient)"],
+    ['a filter on a type the topic is not about', { filters: ['Patient?name=x'] }, 'the topic is about Encounter, not Patient'],
+    ['a modifier the topic does not offer', { filters: ['Encounter?patient:missing=true'] }, 'the topic does not offer the modifier :missing'],
+    ['a chain', { filters: ['Encounter?patient.name=x'] }, 'chains and _has are not filters a topic offers'],
+    ['a payload content the IG does not define', { content: 'everything' }, "backport-payload-content must be empty, id-only, full-resource"],
+    ['a timeout beyond the response budget', { channelExtensions: [{ url: `${ig}/backport-timeout`, valueUnsignedInt: 16 }] }, 'backport-timeout is 16 seconds; this service waits at most 15 seconds'],
+    ['a heartbeat of 0 seconds', { channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 0 }] }, 'backport-heartbeat-period must be a whole number of seconds, at least 1'],
+    ['a max-count of 0', { channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 0 }] }, 'backport-max-count must be a positive whole number'],
+  ])('refuses %s with a 400 naming it', async (_name, options, reason) => {
+    const response = await t.fhir('POST', '/Subscription', topicSubscription(options));
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0].details.text).toContain(reason);
+  });
+
+  it('refuses a filter-criteria extension of another FHIR version (what Inferno tries), and filters on a classic criteria', async () => {
+    const crossVersion = topicSubscription();
+    (crossVersion as Record<string, unknown>)._criteria = {
+      extension: [{ url: 'http://hl7.org/fhir/5.0/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: 'Encounter.patient=Patient/123' }],
+    };
+    const refused = await t.fhir('POST', '/Subscription', crossVersion);
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json().issue[0].details.text).toContain('_criteria has an extension this service does not support: http://hl7.org/fhir/5.0/');
+    const classic = { ...topicSubscription({ filters: ['Encounter?patient=Patient/1'] }), criteria: 'Encounter?status=finished' };
+    const classicRefused = await t.fhir('POST', '/Subscription', classic);
+    expect(classicRefused.statusCode).toBe(400);
+    expect(classicRefused.json().issue[0].details.text).toContain('_criteria (filters on a topic) applies to topic-based subscriptions');
+  });
+
+  it('refuses a missing payload content, as the IG requires one', async () => {
+    const body = topicSubscription();
+    delete (body.channel as Record<string, unknown>)._payload;
+    const response = await t.fhir('POST', '/Subscription', body);
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0].details.text).toContain('channel._payload needs a backport-payload-content extension');
+  });
+
+  it('allows one live subscription per topic and filters; status off with the same filters switches that one off', async () => {
+    const filters = ['Encounter?patient=Patient/unique'];
+    const first = await t.fhir('POST', '/Subscription', topicSubscription({ filters }));
+    expect(first.statusCode).toBe(201);
+    const again = await t.fhir('POST', '/Subscription', topicSubscription({ filters }));
+    expect(again.statusCode).toBe(400);
+    expect(again.json().issue[0].details.text).toContain(`A live (requested or active) subscription already exists for topic ${topicUrl} with the filters Encounter?patient=Patient/unique`);
+    // Other filters: another subscription.
+    expect((await t.fhir('POST', '/Subscription', topicSubscription({ filters: ['Encounter?patient=Patient/other'] }))).statusCode).toBe(201);
+    const off = await t.fhir('POST', '/Subscription', { ...topicSubscription({ filters }), status: 'off' });
+    expect(off.statusCode).toBe(200);
+    expect(off.json()).toMatchObject({ id: first.json().id, status: 'off' });
+    expect((await t.fhir('POST', '/Subscription', topicSubscription({ filters }))).statusCode).toBe(201);
+  });
+
+  it('refuses a retired topic, naming it; the subscriptions on it keep their state', async () => {
+    await addTopics(t.database.db, [{ ...JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8')), version: 'retiring' }]);
+    const before = await t.fhir('POST', '/Subscription', topicSubscription({ criteria: `${topicUrl}|retiring` }));
+    expect(before.statusCode).toBe(201);
+    await retireTopic(t.database.db, `${topicUrl}|retiring`);
+    const after = await t.fhir('POST', '/Subscription', topicSubscription({ criteria: `${topicUrl}|retiring`, filters: ['Encounter?patient=Patient/x'] }));
+    expect(after.statusCode).toBe(400);
+    expect(after.json().issue[0].details.text).toContain(`the topic ${topicUrl}|retiring is retired and takes no new subscriptions`);
+    const { rows } = await t.database.pool.query(`SELECT status FROM webhook.subscriptions WHERE id = $1`, [before.json().id]);
+    expect(rows[0].status).not.toBe('off');
+  });
+});
+
+describe.each(['empty', 'id-only', 'full-resource'] as const)('notifications with %s content', (content) => {
+  it('an API create and a plain SQL UPDATE into finished notify, numbered 1 and 2; other patients and other changes do not', async () => {
+    const patient = `Patient/${content}`;
+    await t.fhir('PUT', `/${patient}`, { resourceType: 'Patient', id: content, name: [{ family: content }] });
+    const { id, receiver: endpoint } = await subscribeToTopic({ content, filters: [`Encounter?patient=${patient}`] });
+
+    await t.fhir('PUT', `/Encounter/${content}-api`, encounter(`${content}-api`, 'finished', patient));
+    await t.fhir('PUT', `/Encounter/${content}-other`, encounter(`${content}-other`, 'finished', 'Patient/someone-else'));
+    await t.fhir('PUT', `/Encounter/${content}-sql`, encounter(`${content}-sql`, 'in-progress', patient));
+    // A batch loader's plain SQL: the one in progress becomes finished; the finished one stays so (no change, no event).
+    await t.database.pool.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{status}', '"finished"') WHERE resource_type = 'Encounter' AND id LIKE $1`, [`${content}-%`]);
+
+    const [first, second] = await notifications(endpoint, 2);
+    for (const call of [first!, second!]) {
+      expect(notificationProblems(call.json, { subscriptionId: id, type: 'event-notification', status: 'active', content })).toEqual([]);
+      expect(await verify('topic-secret', call.body.toString('utf8'), call.headers['x-hub-signature'] as string)).toBe(true);
+    }
+    expect([eventNumbers(first!.json), eventNumbers(second!.json)]).toEqual([[1], [2]]);
+    expect([statusValue(first!.json, 'events-since-subscription-start'), statusValue(second!.json, 'events-since-subscription-start')]).toEqual(['1', '2']);
+    const entries = (call: ReceivedCall) => (call.json.entry as Json[]).slice(1);
+    if (content === 'empty') {
+      expect(entries(first!)).toEqual([]);
+    } else {
+      const focus = (call: ReceivedCall) => entries(call)[0]!;
+      expect(focus(first!)).toMatchObject({ fullUrl: `${serviceBase}/Encounter/${content}-api`, request: { method: 'POST', url: 'Encounter' }, response: { status: '201' } });
+      expect(focus(second!)).toMatchObject({ fullUrl: `${serviceBase}/Encounter/${content}-sql`, request: { method: 'PUT', url: `Encounter/${content}-sql` }, response: { status: '200', etag: 'W/"2"' } });
+      if (content === 'id-only') {
+        expect(entries(first!)).toHaveLength(1);
+      } else {
+        expect(focus(second!).resource).toMatchObject({ resourceType: 'Encounter', id: `${content}-sql`, status: 'finished', meta: { versionId: '2' } });
+        // The notification shape's include: the patient, as additional context.
+        expect(entries(second!).map((entry) => entry.fullUrl)).toEqual([`${serviceBase}/Encounter/${content}-sql`, `${serviceBase}/${patient}`]);
+        expect(entries(second!)[1]!.resource).toMatchObject({ resourceType: 'Patient', id: content });
+      }
+    }
+    // Nothing more: the other patient's Encounter and the unchanged one were not events.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(endpoint.calls).toHaveLength(3);
+  });
+});
+
+describe('event numbers', () => {
+  it('are kept by a retry: a receiver that fails an event gets it again with the same number, and the next one after it', async () => {
+    const { receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/retried'] });
+    let failures = 1;
+    endpoint.answer = () => (failures-- > 0 ? { status: 503 } : { status: 200 });
+    await t.fhir('PUT', '/Encounter/retried-1', encounter('retried-1', 'finished', 'Patient/retried'));
+    await t.fhir('PUT', '/Encounter/retried-2', encounter('retried-2', 'finished', 'Patient/retried'));
+    const calls = await notifications(endpoint, 3);
+    expect(calls.map((call) => eventNumbers(call.json))).toEqual([[1], [1], [2]]);
+  });
+
+  it('a deletion that the topic fires on comes as a DELETE entry without a resource', async () => {
+    await addTopics(t.database.db, [
+      {
+        resourceType: 'SubscriptionTopic',
+        url: 'http://example.org/topics/encounter-removed',
+        status: 'active',
+        resourceTrigger: [{ resource: 'Encounter', supportedInteraction: ['delete'] }],
+        canFilterBy: [{ filterParameter: 'patient' }],
+      },
+    ]);
+    const { id, receiver: endpoint } = await subscribeToTopic({ criteria: 'http://example.org/topics/encounter-removed', content: 'full-resource', filters: ['Encounter?patient=Patient/removed'] });
+    await t.fhir('PUT', '/Encounter/removed', encounter('removed', 'cancelled', 'Patient/removed'));
+    await t.fhir('DELETE', '/Encounter/removed');
+    const [call] = await notifications(endpoint, 1);
+    // A deleted resource has no content to carry: its entry is as id-only's, which is what the IG allows when a resource cannot be included.
+    expect(notificationProblems(call!.json, { subscriptionId: id, type: 'event-notification', status: 'active', content: 'id-only' })).toEqual([]);
+    expect((call!.json.entry as unknown[])[1]).toEqual({ fullUrl: `${serviceBase}/Encounter/removed`, request: { method: 'DELETE', url: 'Encounter/removed' }, response: { status: '204' } });
+    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+  });
+});
