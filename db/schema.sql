@@ -239,6 +239,8 @@ CREATE INDEX delivery_attempts_by_start ON webhook.delivery_attempts USING btree
 
 CREATE INDEX delivery_attempts_by_subscription ON webhook.delivery_attempts USING btree (subscription_id, started_at DESC);
 
+CREATE INDEX subscription_events_by_number ON webhook.subscription_events USING btree (subscription_id, event_number) WHERE (event_number IS NOT NULL);
+
 CREATE INDEX subscription_events_by_settling ON webhook.subscription_events USING btree (settled_at) WHERE (status <> 'pending'::text);
 
 CREATE INDEX subscription_events_pending ON webhook.subscription_events USING btree (subscription_id, id) WHERE (status = 'pending'::text);

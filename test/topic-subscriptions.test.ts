@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { verify } from '@octokit/webhooks-methods';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { addTopics, retireTopic } from '../src/topics/store.ts';
@@ -258,5 +259,82 @@ describe('event numbers', () => {
     expect(notificationProblems(call!.json, { subscriptionId: id, type: 'event-notification', status: 'active', content: 'id-only' })).toEqual([]);
     expect((call!.json.entry as unknown[])[1]).toEqual({ fullUrl: `${serviceBase}/Encounter/removed`, request: { method: 'DELETE', url: 'Encounter/removed' }, response: { status: '204' } });
     await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+  });
+});
+
+describe('$status, $events and discovery', () => {
+  it('a receiver that missed an event sees the gap in the numbers and gets it with $events; events no longer held are said so', async () => {
+    const { id, receiver: endpoint } = await subscribeToTopic({ content: 'full-resource', filters: ['Encounter?patient=Patient/gap'] });
+    // The receiver refuses the second event for good (a 400): it is not sent again.
+    endpoint.answer = (call) => ({ status: eventNumbers(call.json).includes(2) ? 400 : 200 });
+    for (const n of [1, 2, 3]) await t.fhir('PUT', `/Encounter/gap-${n}`, encounter(`gap-${n}`, 'finished', 'Patient/gap'));
+    const calls = await notifications(endpoint, 3);
+    const received = calls.filter((_call, index) => index !== 1).map((call) => eventNumbers(call.json)[0]);
+    expect(received).toEqual([1, 3]);
+
+    const missed = await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=2&eventsUntilNumber=2`);
+    expect(missed.statusCode).toBe(200);
+    const events = missed.json<Json>();
+    expect(notificationProblems(events, { subscriptionId: id, type: 'query-event', content: 'full-resource' })).toEqual([]);
+    expect(eventNumbers(events)).toEqual([2]);
+    expect(statusValue(events, 'events-since-subscription-start')).toBe('3');
+    expect(events.entry[1].resource).toMatchObject({ resourceType: 'Encounter', id: 'gap-2' });
+
+    // As id-only, on request.
+    const idOnly = (await t.fhir('GET', `/Subscription/${id}/$events?content=id-only`)).json<Json>();
+    expect(notificationProblems(idOnly, { subscriptionId: id, type: 'query-event', content: 'id-only' })).toEqual([]);
+    expect(eventNumbers(idOnly)).toEqual([1, 2, 3]);
+
+    // The log's retention removed the first event: asked for by number, it is said to be gone.
+    await t.database.pool.query(`DELETE FROM webhook.subscription_events WHERE subscription_id = $1 AND event_number = 1`, [id]);
+    const purged = (await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=1`)).json<Json>();
+    expect(eventNumbers(purged)).toEqual([2, 3]);
+    expect(purged.entry.at(-1).resource).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ details: { text: expect.stringContaining('Events 1 are no longer held') } }] });
+  });
+
+  it('$status answers a searchset Bundle of status Parameters, at instance and type level, for the subscriptions the key may see', async () => {
+    const { id } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/status'] });
+    await t.fhir('PUT', '/Encounter/status-1', encounter('status-1', 'finished', 'Patient/status'));
+    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+    const instance = await t.fhir('GET', `/Subscription/${id}/$status`);
+    expect(instance.statusCode).toBe(200);
+    const bundle = instance.json<Json>();
+    expect(bundle).toMatchObject({ resourceType: 'Bundle', type: 'searchset', total: 1 });
+    const status = { entry: [{ ...bundle.entry[0], request: { method: 'GET', url: `Subscription/${id}/$status` }, response: { status: '200' } }], resourceType: 'Bundle', type: 'history' };
+    expect(notificationProblems(status, { subscriptionId: id, type: 'query-status', status: 'active', content: 'id-only' })).toEqual([]);
+    expect(statusValue(status, 'events-since-subscription-start')).toBe('1');
+
+    const typeLevel = (await t.fhir('GET', `/Subscription/$status?id=${id}&status=active`)).json<Json>();
+    expect(typeLevel.entry.map((entry: Json) => entry.resource.parameter[0].valueReference.reference)).toEqual([`${serviceBase}/Subscription/${id}`]);
+    expect((await t.fhir('GET', `/Subscription/$status?id=${id}&status=off`)).json<Json>().total).toBe(0);
+    expect((await t.fhir('GET', '/Subscription/$status?status=active')).json<Json>().total).toBeGreaterThan(1);
+
+    // Another key without the admin scope does not see it.
+    const { key } = await createApiKey(t.database.db, 'other', ['read', 'write']);
+    expect((await t.fhir('GET', `/Subscription/${id}/$status`, undefined, { 'x-api-key': key })).statusCode).toBe(404);
+    expect((await t.fhir('GET', `/Subscription/$status?id=${id}`, undefined, { 'x-api-key': key })).json<Json>().total).toBe(0);
+    // A classic subscription has no topic status.
+    const classic = await t.fhir('POST', '/Subscription', { ...topicSubscription(), criteria: 'Encounter?status=finished', channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/none', payload: 'application/fhir+json' } });
+    const refused = await t.fhir('GET', `/Subscription/${classic.json().id}/$events`);
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json().issue[0].details.text).toContain('is not on a topic');
+    expect((await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=two`)).statusCode).toBe(400);
+  });
+
+  it('the CapabilityStatement names every active topic and the IG profile and operations; the topics can be read', async () => {
+    const statement = (await t.fhir('GET', '/metadata')).json<Json>();
+    const subscription = statement.rest[0].resource.find((entry: Json) => entry.type === 'Subscription');
+    const topics = subscription.extension.filter((item: Json) => item.url === 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/capabilitystatement-subscriptiontopic-canonical');
+    expect(topics.map((item: Json) => item.valueCanonical)).toEqual(expect.arrayContaining([topicUrl, `${topicUrl}|1.0.0`]));
+    // Retired: no longer offered.
+    expect(topics.map((item: Json) => item.valueCanonical)).not.toContain(`${topicUrl}|retiring`);
+    expect(subscription.supportedProfile).toEqual([`${ig}/backport-subscription`]);
+    expect(subscription.operation.map((operation: Json) => operation.name)).toEqual(['$status', '$events']);
+
+    const search = (await t.fhir('GET', `/SubscriptionTopic?url=${encodeURIComponent(topicUrl)}`)).json<Json>();
+    expect(search.entry.map((entry: Json) => [entry.resource.version, entry.resource.status])).toEqual(expect.arrayContaining([['1.0.0', 'active'], ['retiring', 'retired']]));
+    const read = await t.fhir('GET', new URL(search.entry[0].fullUrl).pathname.replace('/fhir/resources', ''));
+    expect(read.json()).toMatchObject({ resourceType: 'SubscriptionTopic', url: topicUrl });
+    expect((await t.fhir('GET', '/SubscriptionTopic/999999')).statusCode).toBe(404);
   });
 });

@@ -52,7 +52,13 @@ CREATE UNIQUE INDEX subscriptions_one_live_per_criteria
   ON webhook.subscriptions (webhook.criteria_and_filters_digest(criteria, filter_criteria))
   WHERE status IN ('requested', 'active');
 
+-- $events reads a subscription's events by number (a client recovering what
+-- it missed): only numbered events, those a sender has claimed, are in it.
+CREATE INDEX subscription_events_by_number ON webhook.subscription_events (subscription_id, event_number) WHERE event_number IS NOT NULL;
+
 -- Down Migration
+
+DROP INDEX webhook.subscription_events_by_number;
 
 DROP INDEX webhook.subscriptions_one_live_per_criteria;
 

@@ -20,6 +20,7 @@ import { metricsRoutes } from './routes/metrics.ts';
 import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
+import { topicRoutes } from './routes/topics.ts';
 import { defaultResponseTimeoutMs } from '../config/index.ts';
 
 export type AppOptions = {
@@ -137,8 +138,9 @@ export async function buildApp({
       await requireKeyWithinLimit(fhir);
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
-      await fhir.register(metadataRoutes, { serviceBase, softwareVersion: packageJson.version });
+      await fhir.register(metadataRoutes, { db: database.db, serviceBase, softwareVersion: packageJson.version });
       await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions });
+      await fhir.register(topicRoutes, { db: database.db, serviceBase });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase, subscriptions });
       await fhir.register(searchRoutes, { db: database.db, serviceBase });
       await fhir.register(resourceRoutes, { db: database.db, serviceBase });

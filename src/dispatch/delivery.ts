@@ -157,7 +157,7 @@ export async function call(context: DispatchContext, target: Target, resource: u
 export function handshakeBundle(context: DispatchContext, target: Target): unknown {
   if (target.topic !== undefined) {
     const subject = statusSubject(context, target, target.topic);
-    return notificationBundle(statusParameters(subject, 'handshake', 0, [], resourceUrlFor(context)), subject, [], resourceUrlFor(context));
+    return notificationBundle(statusParameters(subject, 'handshake', 0, []), subject, []);
   }
   return {
     resourceType: 'Bundle',
@@ -182,12 +182,7 @@ export function handshakeBundle(context: DispatchContext, target: Target): unkno
 
 /** A topic-based subscription as its statuses name it. */
 export function statusSubject(context: Pick<DispatchContext, 'baseUrl'>, target: Pick<Target, 'id' | 'status'>, topic: TopicTarget): StatusSubject {
-  return { subscriptionUrl: `${context.baseUrl}/fhir/resources/Subscription/${target.id}`, topicUrl: topic.url, payloadContent: topic.payloadContent, status: target.status };
-}
-
-/** A resource's absolute URL in this service. */
-export function resourceUrlFor(context: Pick<DispatchContext, 'baseUrl'>): (resourceType: string, id: string) => string {
-  return (resourceType, id) => `${context.baseUrl}/fhir/resources/${resourceType}/${id}`;
+  return { serviceBase: `${context.baseUrl}/fhir/resources`, subscriptionId: target.id, topicUrl: topic.url, payloadContent: topic.payloadContent, status: target.status };
 }
 
 /** The longest Retry-After honoured: beyond it the configured delay applies. */

@@ -294,7 +294,7 @@ async function inTransaction<T>(db: Db, work: (transaction: Db) => Promise<T>): 
   return db.isTransaction ? work(db) : db.transaction().execute(work);
 }
 
-function isUuid(text: string): boolean {
+export function isUuid(text: string): boolean {
   return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
 }
 

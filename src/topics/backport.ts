@@ -24,6 +24,8 @@ export const backport = {
   maxCount: extension('backport-max-count'),
   /** On CapabilityStatement.rest.resource (Subscription): valueCanonical, one per topic. */
   topicCanonical: extension('capabilitystatement-subscriptiontopic-canonical'),
+  /** The IG's CapabilityStatement for an R4 server (CapabilityStatement.instantiates). */
+  serverCapabilities: `${base}/CapabilityStatement/backport-subscription-server-r4`,
   statusOperation: `${base}/OperationDefinition/backport-subscription-status`,
   eventsOperation: `${base}/OperationDefinition/backport-subscription-events`,
 } as const;

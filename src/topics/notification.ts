@@ -1,6 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import type { Db } from '../db/database.ts';
 import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
+import { FhirError } from '../fhir/outcome.ts';
+import { resolveIncludes } from '../search/criteria.ts';
+import { includedResources } from '../search/search.ts';
 import { backport, type PayloadContent } from './backport.ts';
+import type { TopicShape } from './compile.ts';
 
 /**
  * What a topic-based subscription is sent and answered, as the Backport IG
@@ -13,13 +18,17 @@ export type NotificationType = 'handshake' | 'heartbeat' | 'event-notification' 
 
 /** A subscription as its statuses name it. */
 export type StatusSubject = {
-  /** The subscription's absolute URL ({base}/fhir/resources/Subscription/{id}). */
-  subscriptionUrl: string;
+  /** The FHIR base the service's URLs start with ({BASE_URL}/fhir/resources). */
+  serviceBase: string;
+  subscriptionId: string;
   /** The topic's canonical URL. */
   topicUrl: string;
   payloadContent: PayloadContent;
   status: SubscriptionStatus;
 };
+
+const subscriptionUrl = (subject: StatusSubject) => `${subject.serviceBase}/Subscription/${subject.subscriptionId}`;
+const resourceUrl = (subject: StatusSubject, resourceType: string, id: string) => `${subject.serviceBase}/${resourceType}/${id}`;
 
 /** One event as a notification tells it. */
 export type TopicEvent = {
@@ -47,7 +56,6 @@ export function statusParameters(
   type: NotificationType,
   eventsSinceSubscriptionStart: number,
   events: TopicEvent[],
-  resourceUrl: (resourceType: string, id: string) => string,
   error?: string,
 ): FhirResource {
   const withReferences = subject.payloadContent !== 'empty';
@@ -56,7 +64,7 @@ export function statusParameters(
     id: randomUUID(),
     meta: { profile: [backport.statusProfile] },
     parameter: [
-      { name: 'subscription', valueReference: { reference: subject.subscriptionUrl } },
+      { name: 'subscription', valueReference: { reference: subscriptionUrl(subject) } },
       ...(withReferences ? [{ name: 'topic', valueCanonical: subject.topicUrl }] : []),
       { name: 'status', valueCode: subject.status },
       { name: 'type', valueCode: type },
@@ -66,9 +74,9 @@ export function statusParameters(
         part: [
           { name: 'event-number', valueString: String(event.eventNumber) },
           { name: 'timestamp', valueInstant: event.timestamp },
-          ...(withReferences ? [{ name: 'focus', valueReference: { reference: resourceUrl(event.resourceType, event.resourceId) } }] : []),
+          ...(withReferences ? [{ name: 'focus', valueReference: { reference: resourceUrl(subject, event.resourceType, event.resourceId) } }] : []),
           ...(withReferences
-            ? (event.additionalContext ?? []).map((item) => ({ name: 'additional-context', valueReference: { reference: resourceUrl(item.resourceType, item.id!) } }))
+            ? (event.additionalContext ?? []).map((item) => ({ name: 'additional-context', valueReference: { reference: resourceUrl(subject, item.resourceType, item.id!) } }))
             : []),
         ],
       })),
@@ -84,8 +92,8 @@ export function statusParameters(
  * fullUrl, the request that made it and the answer (the resource itself only
  * with `full-resource`, and never for a deletion).
  */
-export function notificationBundle(status: FhirResource, subject: StatusSubject, events: TopicEvent[], resourceUrl: (resourceType: string, id: string) => string): FhirResource {
-  const entries = subject.payloadContent === 'empty' ? [] : uniqueEntries(events.flatMap((event) => eventEntries(event, subject.payloadContent, resourceUrl)));
+export function notificationBundle(status: FhirResource, subject: StatusSubject, events: TopicEvent[]): FhirResource {
+  const entries = subject.payloadContent === 'empty' ? [] : uniqueEntries(events.flatMap((event) => eventEntries(event, subject)));
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -95,7 +103,7 @@ export function notificationBundle(status: FhirResource, subject: StatusSubject,
       {
         fullUrl: `urn:uuid:${status.id as string}`,
         resource: status,
-        request: { method: 'GET', url: `${subject.subscriptionUrl}/$status` },
+        request: { method: 'GET', url: `${subscriptionUrl(subject)}/$status` },
         response: { status: '200' },
       },
       ...entries,
@@ -105,17 +113,17 @@ export function notificationBundle(status: FhirResource, subject: StatusSubject,
 
 type Entry = { fullUrl: string; resource?: FhirResource; request: { method: string; url: string }; response: { status: string; etag?: string } };
 
-function eventEntries(event: TopicEvent, content: PayloadContent, resourceUrl: (resourceType: string, id: string) => string): Entry[] {
+function eventEntries(event: TopicEvent, subject: StatusSubject): Entry[] {
   const path = `${event.resourceType}/${event.resourceId}`;
   const [method, url, status] = event.deleted ? ['DELETE', path, '204'] : event.versionId === 1 ? ['POST', event.resourceType, '201'] : ['PUT', path, '200'];
   const focus: Entry = {
-    fullUrl: resourceUrl(event.resourceType, event.resourceId),
-    ...(content === 'full-resource' && event.resource !== undefined && !event.deleted ? { resource: event.resource } : {}),
+    fullUrl: resourceUrl(subject, event.resourceType, event.resourceId),
+    ...(subject.payloadContent === 'full-resource' && event.resource !== undefined && !event.deleted ? { resource: event.resource } : {}),
     request: { method, url },
     response: { status, ...(event.deleted ? {} : { etag: `W/"${event.versionId}"` }) },
   };
   const context = (event.additionalContext ?? []).map((item) => ({
-    fullUrl: resourceUrl(item.resourceType, item.id!),
+    fullUrl: resourceUrl(subject, item.resourceType, item.id!),
     resource: item,
     request: { method: 'GET', url: `${item.resourceType}/${item.id!}` },
     response: { status: '200' },
@@ -127,4 +135,36 @@ function eventEntries(event: TopicEvent, content: PayloadContent, resourceUrl: (
 function uniqueEntries(entries: Entry[]): Entry[] {
   const seen = new Set<string>();
   return entries.filter((entry) => !seen.has(entry.fullUrl) && seen.add(entry.fullUrl));
+}
+
+/** An event of the log with the version it names, as fhir.resource_history holds it. */
+export type LoggedEvent = Omit<TopicEvent, 'timestamp' | 'resource' | 'additionalContext'> & { content: FhirResource | undefined; lastUpdated: Date };
+
+/**
+ * Events as a notification (or $events) tells them: with full-resource, each
+ * version's content and the notification shape's includes of it, read now.
+ * Includes past the bounds of one answer are left out (`leftOut` says why):
+ * the event still goes.
+ */
+export async function describeEvents(db: Db, shapes: TopicShape[], content: PayloadContent, events: LoggedEvent[], leftOut: (reason: string) => void): Promise<TopicEvent[]> {
+  return Promise.all(
+    events.map(async ({ content: resource, lastUpdated, ...event }) => {
+      const described: TopicEvent = { ...event, timestamp: lastUpdated.toISOString() };
+      if (content !== 'full-resource' || event.deleted || resource === undefined) return described;
+      return { ...described, resource, additionalContext: await additionalContext(db, shapes, resource, leftOut) };
+    }),
+  );
+}
+
+async function additionalContext(db: Db, shapes: TopicShape[], focus: FhirResource, leftOut: (reason: string) => void): Promise<FhirResource[]> {
+  const shape = shapes.find((candidate) => candidate.resourceType === focus.resourceType);
+  if (shape === undefined || (shape.include.length === 0 && shape.revinclude.length === 0)) return [];
+  const { include, revinclude } = resolveIncludes(shape);
+  try {
+    return await includedResources(db, [focus], include, revinclude);
+  } catch (error) {
+    if (!(error instanceof FhirError)) throw error;
+    leftOut(error.message);
+    return [];
+  }
 }

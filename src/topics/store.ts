@@ -10,6 +10,7 @@ import { parseSubscriptionTopic, TopicRefused, type SubscriptionTopic } from './
  */
 
 export type StoredTopic = {
+  id: string;
   url: string;
   version: string | null;
   title: string | null;
@@ -68,6 +69,7 @@ export async function addTopics(db: Db, definitions: unknown[]): Promise<AddedTo
 export async function listTopics(db: Db): Promise<StoredTopic[]> {
   const rows = await db.selectFrom('webhook.subscription_topics').selectAll().orderBy('url').orderBy('added_at', 'desc').execute();
   return rows.map((row) => ({
+    id: String(row.id),
     url: row.url,
     version: row.version,
     title: row.title,
@@ -95,6 +97,16 @@ export async function retireTopic(db: Db, canonical: string): Promise<string[]> 
     .returning(['url', 'version'])
     .execute();
   return rows.map((row) => canonicalOf(row.url, row.version));
+}
+
+/**
+ * The canonicals a subscription may name, for the CapabilityStatement: each
+ * active topic's URL (its newest version), and `url|version` for each
+ * active version.
+ */
+export async function activeTopicCanonicals(db: Db): Promise<string[]> {
+  const rows = await db.selectFrom('webhook.subscription_topics').select(['url', 'version']).where('status', '=', 'active').orderBy('url').orderBy('added_at').execute();
+  return [...new Set(rows.flatMap((row) => (row.version === null ? [row.url] : [row.url, canonicalOf(row.url, row.version)])))];
 }
 
 /** A topic as a subscription refers to it. */

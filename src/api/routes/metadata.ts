@@ -1,16 +1,20 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { resourceTypes } from '../../fhir/definitions.ts';
 import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
+import type { Db } from '../../db/database.ts';
+import { backport } from '../../topics/backport.ts';
+import { activeTopicCanonicals } from '../../topics/store.ts';
 import { fhirJson } from '../errors.ts';
 import { commonRefusals, fhirOperation, resource } from '../schemas.ts';
 
-export type MetadataRoutesOptions = { serviceBase: string; softwareVersion: string };
+export type MetadataRoutesOptions = { db: Db; serviceBase: string; softwareVersion: string };
 
 /**
  * GET /metadata: the CapabilityStatement. It states only what is implemented;
- * each feature that lands adds itself here.
+ * each feature that lands adds itself here. The topics are read on each
+ * request: an operator adds and retires them while the service runs.
  */
-export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (app, { serviceBase, softwareVersion }) => {
+export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (app, { db, serviceBase, softwareVersion }) => {
   const capabilityStatement = {
     resourceType: 'CapabilityStatement',
     status: 'active',
@@ -18,13 +22,15 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     kind: 'instance',
     software: { name: 'fhir-webhooks', version: softwareVersion },
     implementation: { description: 'FHIR R4 webhook subscription service', url: serviceBase },
+    // The Backport IG's R4 server CapabilityStatement (topic-based subscriptions).
+    instantiates: [backport.serverCapabilities],
     fhirVersion: '4.0.1',
     format: ['application/fhir+json', 'application/json'],
     rest: [
       {
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
-        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities : storedResourceCapabilities(type))),
+        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities([]) : storedResourceCapabilities(type))),
         interaction: [{ code: 'transaction' }, { code: 'batch' }],
         searchParam: [
           { name: '_has', type: 'special', documentation: 'Reverse chaining, one level: _has:Type:reference:parameter=value (also in subscription criteria).' },
@@ -34,6 +40,12 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
       },
     ],
   };
+  const [server] = capabilityStatement.rest;
+  /** The statement with the topics active now on its Subscription entry. */
+  const withTopics = (topics: string[]) => ({
+    ...capabilityStatement,
+    rest: [{ ...server, resource: server!.resource.map((entry) => (entry.type === 'Subscription' ? subscriptionCapabilities(topics) : entry)) }],
+  });
 
   app.get(
     '/metadata',
@@ -44,8 +56,7 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
         response: { 200: resource.describe('A CapabilityStatement'), ...commonRefusals },
       },
     },
-    async (_request, reply) =>
-    reply.type(fhirJson).send(capabilityStatement),
+    async (_request, reply) => reply.type(fhirJson).send(withTopics(await activeTopicCanonicals(db))),
   );
 };
 
@@ -63,20 +74,33 @@ function storedResourceCapabilities(type: string) {
   };
 }
 
-/** Subscriptions have their own endpoints (the spec's): create or switch off, read, search; no update, delete or history. */
-const subscriptionCapabilities = {
-  type: 'Subscription',
-  versioning: 'versioned',
-  readHistory: false,
-  updateCreate: false,
-  interaction: ['create', 'read', 'search-type'].map((code) => ({ code })),
-  searchParam: [
-    { name: '_tag', type: 'token' },
-    { name: 'criteria', type: 'string', documentation: 'the exact criteria string' },
-    { name: 'url', type: 'uri' },
-    { name: 'status', type: 'token' },
-  ],
-};
+/**
+ * Subscriptions have their own endpoints (the spec's): create or switch off,
+ * read, search; no update, delete or history. On topics too (the Backport
+ * IG): each active topic is named by an extension, and $status and $events
+ * are offered.
+ */
+function subscriptionCapabilities(topics: string[]) {
+  return {
+    ...(topics.length === 0 ? {} : { extension: topics.map((valueCanonical) => ({ url: backport.topicCanonical, valueCanonical })) }),
+    type: 'Subscription',
+    supportedProfile: [backport.subscriptionProfile],
+    versioning: 'versioned',
+    readHistory: false,
+    updateCreate: false,
+    interaction: ['create', 'read', 'search-type'].map((code) => ({ code })),
+    searchParam: [
+      { name: '_tag', type: 'token' },
+      { name: 'criteria', type: 'string', documentation: 'the exact criteria string' },
+      { name: 'url', type: 'uri' },
+      { name: 'status', type: 'token' },
+    ],
+    operation: [
+      { name: '$status', definition: backport.statusOperation },
+      { name: '$events', definition: backport.eventsOperation },
+    ],
+  };
+}
 
 function supportedParameters(type: string): SearchParameter[] {
   return [...searchParametersOf(type).values()].filter(isSupported);

@@ -10,6 +10,7 @@ import {
   type SubscriptionContext,
 } from '../../subscriptions/store.ts';
 import { asRefusal } from '../../subscriptions/requests.ts';
+import { maxEventsPerAnswer, subscriptionEvents, subscriptionStatus } from '../../subscriptions/topic-status.ts';
 import { callerOf } from '../authentication.ts';
 import { z } from 'zod';
 import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
@@ -19,6 +20,7 @@ export type SubscriptionRoutesOptions = { db: Db; serviceBase: string; context: 
 
 /** The Subscription endpoints of the spec: create or switch off, search, read; no update. */
 export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> = async (app, { db, serviceBase, context }) => {
+  const rawQueryOf = (url: string) => (url.includes('?') ? url.slice(url.indexOf('?') + 1) : '');
   // The spec gives these endpoints their own refusal format: every 400 (malformed JSON included) uses it.
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const { status, outcome } = errorOutcome(error, request);
@@ -68,7 +70,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
       },
     },
     async (request, reply) => {
-      const rawQuery = request.url.includes('?') ? request.url.slice(request.url.indexOf('?') + 1) : '';
+      const rawQuery = rawQueryOf(request.url);
       const page = await searchSubscriptions(db, context, rawQuery, callerOf(request));
       const pairs = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
       const searchUrl = `${serviceBase}/Subscription`;
@@ -97,6 +99,56 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
       // The spec's read envelope: neither a Bundle nor a bare resource.
       return reply.type(fhirJson).send({ fullUrl: `${serviceBase}/Subscription/${resource.id}`, resource, search: { mode: 'match' } });
     },
+  );
+
+  app.get(
+    '/Subscription/$status',
+    {
+      schema: {
+        summary: 'The status of topic-based subscriptions (Backport IG $status, type level)',
+        description: 'A searchset Bundle of status Parameters (type query-status), one per topic-based subscription the key may see, narrowed by id and status.',
+        ...fhirOperation('Subscriptions', 'subscriptionsStatus'),
+        querystring: z.looseObject({
+          id: z.string().optional().describe('Subscription ids, comma-separated or repeated'),
+          status: z.string().optional().describe('requested, active, error or off, comma-separated'),
+        }),
+        response: { 200: bundle.describe('A searchset Bundle of backport-subscription-status-r4 Parameters'), ...commonRefusals },
+      },
+    },
+    async (request, reply) => reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { rawQuery: rawQueryOf(request.url) })),
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/Subscription/:id/$status',
+    {
+      schema: {
+        summary: "A topic-based subscription's status (Backport IG $status)",
+        description: 'Its state, its error and events-since-subscription-start: the number of its latest event.',
+        ...fhirOperation('Subscriptions', 'subscriptionStatus'),
+        params: z.object({ id: z.string().describe("The subscription's id") }),
+        response: { 200: bundle.describe('A searchset Bundle of one backport-subscription-status-r4 Parameters'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+      },
+    },
+    async (request, reply) => reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { id: request.params.id })),
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/Subscription/:id/$events',
+    {
+      schema: {
+        summary: "A topic-based subscription's events still held, by number (Backport IG $events)",
+        description: `How a client that saw a gap in the event numbers gets what it missed: a history Bundle, the status (type query-event) first, then the events, at most ${maxEventsPerAnswer} per answer. Numbers no longer held are said in an OperationOutcome entry.`,
+        ...fhirOperation('Subscriptions', 'subscriptionEvents'),
+        params: z.object({ id: z.string().describe("The subscription's id") }),
+        querystring: z.looseObject({
+          eventsSinceNumber: z.string().optional().describe('The first event number (default: the oldest held)'),
+          eventsUntilNumber: z.string().optional().describe('The last event number (default: the latest)'),
+          content: z.enum(['empty', 'id-only', 'full-resource']).optional().describe("How much of each event (default: the subscription's payload content)"),
+        }),
+        response: { 200: bundle.describe('A history Bundle: backport-subscription-status-r4 Parameters, then the events'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+      },
+    },
+    async (request, reply) => reply.type(fhirJson).send(await subscriptionEvents(db, context, callerOf(request), request.params.id, rawQueryOf(request.url))),
   );
 
   for (const method of ['PUT', 'PATCH', 'DELETE'] as const) {

@@ -5,13 +5,12 @@ import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate } from '../../subscriptions/state.ts';
-import { notificationBundle, statusParameters, type TopicEvent } from '../../topics/notification.ts';
+import { describeEvents, notificationBundle, statusParameters } from '../../topics/notification.ts';
 import {
   attemptRecord,
   call,
   countCalls,
   describeFailure,
-  resourceUrlFor,
   retryDelay,
   ShutdownAbort,
   statusSubject,
@@ -307,35 +306,11 @@ async function withIncludes(context: DispatchContext, target: Target, resource: 
  * A topic-based subscription's notification of one event (so that its
  * max-count, at least 1, always holds, and each event is retried and
  * recorded on its own): its number, and as much of it as the payload
- * content says, the notification shape's includes of the focus as its
- * additional context with full-resource.
+ * content says.
  */
 async function topicNotification(context: DispatchContext, target: Target, topic: TopicTarget, event: ClaimedEvent, version: { content: FhirResource; lastUpdated: Date }): Promise<unknown> {
-  const full = topic.payloadContent === 'full-resource' && !event.deleted;
-  const topicEvent: TopicEvent = {
-    eventNumber: event.eventNumber,
-    timestamp: version.lastUpdated.toISOString(),
-    resourceType: event.resourceType,
-    resourceId: event.resourceId,
-    versionId: event.versionId,
-    deleted: event.deleted,
-    ...(full ? { resource: version.content, additionalContext: await additionalContext(context, target.id, topic, version.content) } : {}),
-  };
+  const leftOut = (reason: string) => context.logger.warn({ subscriptionId: target.id, reason }, 'a notification goes without its additional context');
+  const described = await describeEvents(context.db, topic.shapes, topic.payloadContent, [{ ...event, ...version }], leftOut);
   const subject = statusSubject(context, target, topic);
-  const resourceUrl = resourceUrlFor(context);
-  return notificationBundle(statusParameters(subject, 'event-notification', event.eventNumber, [topicEvent], resourceUrl), subject, [topicEvent], resourceUrl);
-}
-
-/** The resources the topic's notification shape includes for a focus (none past the bounds of one answer: the event still goes). */
-async function additionalContext(context: DispatchContext, subscriptionId: string, topic: TopicTarget, focus: FhirResource): Promise<FhirResource[]> {
-  const shape = topic.shapes.find((candidate) => candidate.resourceType === focus.resourceType);
-  if (shape === undefined || (shape.include.length === 0 && shape.revinclude.length === 0)) return [];
-  const { include, revinclude } = resolveIncludes({ include: shape.include, revinclude: shape.revinclude });
-  try {
-    return await includedResources(context.db, [focus], include, revinclude);
-  } catch (error) {
-    if (!(error instanceof FhirError)) throw error;
-    context.logger.warn({ subscriptionId, reason: error.message }, 'a notification goes without its additional context');
-    return [];
-  }
+  return notificationBundle(statusParameters(subject, 'event-notification', event.eventNumber, described), subject, described);
 }
