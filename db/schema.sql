@@ -82,7 +82,7 @@ CREATE TABLE webhook.delivery_attempts (
   event_number bigint,
   CONSTRAINT delivery_attempts_attempt_check CHECK ((attempt >= 1)),
   CONSTRAINT delivery_attempts_duration_ms_check CHECK ((duration_ms >= 0)),
-  CONSTRAINT delivery_attempts_kind_check CHECK ((kind = ANY (ARRAY['handshake'::text, 'notification'::text]))),
+  CONSTRAINT delivery_attempts_kind_known CHECK ((kind = ANY (ARRAY['handshake'::text, 'notification'::text, 'heartbeat'::text]))),
   CONSTRAINT delivery_attempts_outcome_check CHECK ((outcome = ANY (ARRAY['delivered'::text, 'retrying'::text, 'failed'::text]))),
   CONSTRAINT delivery_attempts_pkey PRIMARY KEY (id),
   CONSTRAINT delivery_attempts_response_excerpt_check CHECK ((length(response_excerpt) <= 1024)),
@@ -258,6 +258,8 @@ CREATE INDEX subscriptions_by_resource_type ON webhook.subscriptions USING btree
 CREATE INDEX subscriptions_by_topic ON webhook.subscriptions USING btree (topic_id, status) WHERE (topic_id IS NOT NULL);
 
 CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_and_filters_digest(criteria, filter_criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
+
+CREATE INDEX subscriptions_with_heartbeat ON webhook.subscriptions USING btree (id) WHERE ((heartbeat_period_seconds IS NOT NULL) AND (status = 'active'::webhook.subscription_status));
 
 CREATE VIEW webhook.delivery_log AS
  SELECT a.started_at,
@@ -445,6 +447,29 @@ BEGIN
   WHERE subscription_id = OLD.id AND status = 'pending';
   RETURN NULL;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptions integer)
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, last_event_number bigint)
+ LANGUAGE sql
+AS $function$
+  WITH due AS (
+    SELECT stream.subscription_id, s.version_id
+    FROM webhook.subscriptions s
+    JOIN webhook.subscription_streams stream ON stream.subscription_id = s.id
+    WHERE s.heartbeat_period_seconds IS NOT NULL AND s.status = 'active'
+      AND stream.claimed_by IS NULL
+      AND NOT EXISTS (SELECT FROM webhook.delivery_attempts called
+                       WHERE called.subscription_id = s.id
+                         AND called.started_at > now() - make_interval(secs => s.heartbeat_period_seconds))
+    LIMIT max_subscriptions
+    FOR UPDATE OF stream SKIP LOCKED
+  )
+  UPDATE webhook.subscription_streams stream
+  SET claimed_by = worker, claimed_at = now()
+  FROM due
+  WHERE stream.subscription_id = due.subscription_id
+  RETURNING stream.subscription_id, due.version_id, stream.last_event_number;
 $function$;
 
 CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer)

@@ -262,6 +262,34 @@ describe('event numbers', () => {
   });
 });
 
+describe('heartbeats', () => {
+  it('go at the heartbeat period when nothing else went, in the IG shape, recorded as calls; none without a period', async () => {
+    const { id, receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/heartbeat'], channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 1 }] });
+    const { receiver: quiet } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/quiet'] });
+    await t.fhir('PUT', '/Encounter/heartbeat-1', encounter('heartbeat-1', 'finished', 'Patient/heartbeat'));
+    const calls = await endpoint.waitForCalls(4, 10_000);
+    const [, notification, ...heartbeats] = calls;
+    expect(eventNumbers(notification!.json)).toEqual([1]);
+    for (const heartbeat of heartbeats) {
+      expect(notificationProblems(heartbeat.json, { subscriptionId: id, type: 'heartbeat', status: 'active', content: 'id-only' })).toEqual([]);
+      expect(statusValue(heartbeat.json, 'events-since-subscription-start')).toBe('1');
+      expect(await verify('topic-secret', heartbeat.body.toString('utf8'), heartbeat.headers['x-hub-signature'] as string)).toBe(true);
+    }
+    const { rows } = await t.database.pool.query(`SELECT kind, outcome FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'heartbeat'`, [id]);
+    expect(rows.length).toBeGreaterThanOrEqual(2);
+    expect(rows.every((row) => row.outcome === 'delivered')).toBe(true);
+    // Each a period after the call before it (of any kind), not at every poll.
+    const { rows: spacing } = await t.database.pool.query(
+      `SELECT min(extract(epoch FROM gap)) AS shortest FROM (
+         SELECT kind, started_at - lag(started_at) OVER (ORDER BY started_at) AS gap FROM webhook.delivery_attempts WHERE subscription_id = $1) gaps
+       WHERE kind = 'heartbeat'`,
+      [id],
+    );
+    expect(Number(spacing[0].shortest)).toBeGreaterThanOrEqual(0.9);
+    expect(quiet.calls).toHaveLength(1);
+  });
+});
+
 describe('$status, $events and discovery', () => {
   it('a receiver that missed an event sees the gap in the numbers and gets it with $events; events no longer held are said so', async () => {
     const { id, receiver: endpoint } = await subscribeToTopic({ content: 'full-resource', filters: ['Encounter?patient=Patient/gap'] });

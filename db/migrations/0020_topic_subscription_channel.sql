@@ -52,6 +52,17 @@ CREATE UNIQUE INDEX subscriptions_one_live_per_criteria
   ON webhook.subscriptions (webhook.criteria_and_filters_digest(criteria, filter_criteria))
   WHERE status IN ('requested', 'active');
 
+-- A heartbeat goes to a subscription with a heartbeat period when no call
+-- went to it for that long (webhook.claim_heartbeats): its calls are
+-- recorded like the others, as kind heartbeat.
+ALTER TABLE webhook.delivery_attempts
+  DROP CONSTRAINT delivery_attempts_kind_check,
+  ADD CONSTRAINT delivery_attempts_kind_known CHECK (kind IN ('handshake', 'notification', 'heartbeat'));
+
+-- The senders look for heartbeats due every second: among the few active
+-- subscriptions that have a period, not all of them.
+CREATE INDEX subscriptions_with_heartbeat ON webhook.subscriptions (id) WHERE heartbeat_period_seconds IS NOT NULL AND status = 'active';
+
 -- $events reads a subscription's events by number (a client recovering what
 -- it missed): only numbered events, those a sender has claimed, are in it.
 CREATE INDEX subscription_events_by_number ON webhook.subscription_events (subscription_id, event_number) WHERE event_number IS NOT NULL;
@@ -59,6 +70,11 @@ CREATE INDEX subscription_events_by_number ON webhook.subscription_events (subsc
 -- Down Migration
 
 DROP INDEX webhook.subscription_events_by_number;
+DROP INDEX webhook.subscriptions_with_heartbeat;
+DELETE FROM webhook.delivery_attempts WHERE kind = 'heartbeat';
+ALTER TABLE webhook.delivery_attempts
+  DROP CONSTRAINT delivery_attempts_kind_known,
+  ADD CONSTRAINT delivery_attempts_kind_check CHECK (kind IN ('handshake', 'notification'));
 
 DROP INDEX webhook.subscriptions_one_live_per_criteria;
 

@@ -81,10 +81,14 @@ export interface SubscriptionsTable {
   max_count: number | null;
 }
 
+/** What a call to a subscriber was (webhook.delivery_attempts.kind). */
+export const deliveryKinds = ['handshake', 'notification', 'heartbeat'] as const;
+export type DeliveryKind = (typeof deliveryKinds)[number];
+
 export interface DeliveryAttemptsTable {
   id: Generated<string>;
   subscription_id: string;
-  kind: 'handshake' | 'notification';
+  kind: DeliveryKind;
   resource_type: string | null;
   resource_id: string | null;
   version_id: number | null;

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
+import type { DeliveryKind } from '../db/schema.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
@@ -204,7 +205,7 @@ export function retryDelay(context: DispatchContext, attempt: number, result: Ca
   return retryAfter === undefined ? jittered : Math.max(jittered, Math.min(retryAfter, retryAfterCapSeconds) * 1000);
 }
 
-export type AttemptKind = 'handshake' | 'notification';
+export type AttemptKind = DeliveryKind;
 export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
 
 /** Records one call, in `db` (the task's transaction); returns the record, to count once committed. */

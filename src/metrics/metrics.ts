@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/database.ts';
-import { subscriptionStatuses } from '../db/schema.ts';
+import { deliveryKinds, subscriptionStatuses, type DeliveryKind } from '../db/schema.ts';
 
 /**
  * The service's Prometheus metrics (prom-client), one registry per process.
@@ -13,7 +13,6 @@ import { subscriptionStatuses } from '../db/schema.ts';
  */
 export type Metrics = ReturnType<typeof createMetrics>;
 
-export type DeliveryKind = 'handshake' | 'notification';
 export type DeliveryOutcome = 'delivered' | 'retrying' | 'failed';
 
 /** Seconds: a call answers in milliseconds to the 15 s response budget. */
@@ -29,7 +28,7 @@ export function createMetrics(database?: Db) {
 
   const deliveries = new Counter({
     name: 'fhir_webhooks_deliveries_total',
-    help: 'Calls to subscribers by kind (handshake, notification) and outcome (delivered; retrying: failed, tried again; failed: failed for good)',
+    help: 'Calls to subscribers by kind (handshake, notification, heartbeat) and outcome (delivered; retrying: failed, tried again; failed: failed for good)',
     labelNames: ['kind', 'outcome'],
     registers,
   });
@@ -67,7 +66,7 @@ export function createMetrics(database?: Db) {
     help: 'Requests to the OAuth token endpoint that gave no token (the call is not made and counts as a retryable failure)',
     registers,
   });
-  for (const kind of ['handshake', 'notification'] satisfies DeliveryKind[]) {
+  for (const kind of deliveryKinds) {
     retries.inc({ kind }, 0);
     for (const outcome of ['delivered', 'retrying', 'failed'] satisfies DeliveryOutcome[]) deliveries.inc({ kind, outcome }, 0);
   }

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import type { SubscriptionStatus } from '../db/schema.ts';
+import type { DeliveryKind, SubscriptionStatus } from '../db/schema.ts';
 import { visibleTo, type Caller } from '../subscriptions/store.ts';
 
 /**
@@ -41,7 +41,7 @@ export type Attempt = {
   id: string;
   subscriptionId: string;
   startedAt: Date;
-  kind: 'handshake' | 'notification';
+  kind: DeliveryKind;
   /** `Type/id/_history/version`, or null for a first handshake. */
   resource: string | null;
   attempt: number;

@@ -8,6 +8,7 @@ import { notFound } from '../../fhir/outcome.ts';
 import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
 import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
+import { deliveryKinds } from '../../db/schema.ts';
 
 export type ConsoleDataOptions = { db: Db };
 
@@ -35,7 +36,7 @@ const attempt = z.object({
   id: z.string(),
   subscriptionId: z.string(),
   startedAt: z.string(),
-  kind: z.enum(['handshake', 'notification']),
+  kind: z.enum(deliveryKinds),
   resource: z.string().nullable(),
   attempt: z.number(),
   outcome: z.enum(['delivered', 'retrying', 'failed']),

@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { loadTarget, type DispatchContext, type Target } from '../delivery.ts';
+import { claimHeartbeats, sendHeartbeat } from './heartbeats.ts';
 import { claimEvents, claimMoreEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
 import { deliverClaim, loadVersions, type ClaimMore, type Versions } from './notification.ts';
 
@@ -27,7 +28,8 @@ export type EventSender = {
  * this process: up to `concurrency` subscriptions at once, each claimed by one
  * sender at a time. It claims when the notification trigger's NOTIFY says a
  * statement recorded events, when one of its deliveries ends (the
- * subscription may have more), and every second. Its id must be registered in
+ * subscription may have more), and every second; every second too, the
+ * heartbeats due (src/dispatch/events/heartbeats.ts). Its id must be registered in
  * webhook.worker_pools before it starts (src/dispatch/worker.ts does).
  */
 export function startEventSender(context: DispatchContext, { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string }): EventSender {
@@ -45,8 +47,33 @@ export function startEventSender(context: DispatchContext, { connectionString, c
   };
 
   const listener = listenForEvents(connectionString, nudge, logger, () => stopping);
-  const poll = setInterval(nudge, pollIntervalMs);
+  const poll = setInterval(() => {
+    nudge();
+    void beatHearts();
+  }, pollIntervalMs);
   poll.unref();
+
+  // The heartbeats due, claimed like events (never beside a notification of the same subscription), once a second.
+  let beating = false;
+  const beatHearts = async (): Promise<void> => {
+    const free = Math.min(concurrency - working.size, maxSubscriptionsPerClaim);
+    if (beating || stopping || free <= 0) return;
+    beating = true;
+    try {
+      for (const due of await claimHeartbeats(context.db, id, free)) {
+        const heartbeat = targets
+          .get(context, due)
+          .then((target) => sendHeartbeat(context, id, due, target, shutdown.signal))
+          .catch((error: unknown) => logger.error({ err: error, subscriptionId: due.subscriptionId }, 'a heartbeat failed'))
+          .finally(() => working.delete(due.subscriptionId));
+        working.set(due.subscriptionId, heartbeat);
+      }
+    } catch (error) {
+      logger.warn({ err: error }, 'could not claim heartbeats; trying again in 1 s');
+    } finally {
+      beating = false;
+    }
+  };
 
   const deliver = async (claim: Claim, versions: Promise<Versions>): Promise<void> => {
     try {
@@ -141,7 +168,7 @@ export function newSenderId(): string {
 class TargetCache {
   private readonly byId = new Map<string, { version: number; target: Target | undefined }>();
 
-  async get(context: DispatchContext, claim: Claim): Promise<Target | undefined> {
+  async get(context: DispatchContext, claim: Pick<Claim, 'subscriptionId' | 'subscriptionVersion'>): Promise<Target | undefined> {
     const cached = this.byId.get(claim.subscriptionId);
     if (cached?.version === claim.subscriptionVersion) return cached.target;
     const target = await loadTarget(context, claim.subscriptionId);
