@@ -442,6 +442,25 @@ CREATE OR REPLACE FUNCTION webhook.abandon_pending_events()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+  -- A topic-based subscription's events are numbered all the same, in log
+  -- order (those a claim had not numbered yet): its subscriber sees the gap
+  -- and $events serves them.
+  IF TG_OP = 'UPDATE' AND OLD.topic_id IS NOT NULL THEN
+    WITH fresh AS (
+      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+      FROM webhook.subscription_events e
+      WHERE e.subscription_id = OLD.id AND e.status = 'pending' AND e.event_number IS NULL
+    ), advanced AS (
+      UPDATE webhook.subscription_streams stream
+      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM fresh)
+      WHERE stream.subscription_id = OLD.id AND EXISTS (SELECT FROM fresh)
+      RETURNING stream.last_event_number - (SELECT max(total) FROM fresh) AS numbered_before
+    )
+    UPDATE webhook.subscription_events e
+    SET event_number = advanced.numbered_before + fresh.n
+    FROM fresh, advanced
+    WHERE e.id = fresh.id;
+  END IF;
   UPDATE webhook.subscription_events
   SET status = 'abandoned', settled_at = now()
   WHERE subscription_id = OLD.id AND status = 'pending';
@@ -792,22 +811,23 @@ AS $function$
 DECLARE
   interaction text := CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'update' ELSE 'delete' END;
   recorded bigint;
+  reactivations graphile_worker.job_spec[];
 BEGIN
-  IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status = 'active') THEN
+  IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')) THEN
     RETURN NULL;
   END IF;
 
   WITH triggers AS MATERIALIZED (
-    SELECT s.id AS subscription_id, trigger, trigger ->> 'resourceType' AS resource_type,
+    SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
            (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
     CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
-    WHERE s.topic_id IS NOT NULL AND s.status = 'active'
+    WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')
       AND trigger -> 'interactions' ? interaction
       AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
   ), writes AS (
-    SELECT c.resource_type, c.id,
+    SELECT c.resource_type, c.id, c.version_id AS row_version_id,
            CASE interaction WHEN 'delete' THEN c.version_id + 1 ELSE c.version_id END AS version_id,
            CASE interaction WHEN 'create' THEN NULL WHEN 'delete' THEN c.content ELSE before.content END AS previous,
            CASE interaction WHEN 'delete' THEN NULL ELSE c.content END AS current
@@ -815,17 +835,56 @@ BEGIN
     LEFT JOIN fhir.resource_history before
       ON interaction = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
     WHERE c.resource_type IN (SELECT resource_type FROM triggers)
+  ), fired AS MATERIALIZED (
+    SELECT DISTINCT triggers.subscription_id, triggers.status, writes.resource_type, writes.id, writes.version_id, writes.row_version_id
+    FROM triggers
+    JOIN writes ON writes.resource_type = triggers.resource_type
+    WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
+      AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
+  ), inserted AS (
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
+    SELECT subscription_id, resource_type, id, version_id, interaction = 'delete'
+    FROM fired
+    WHERE status = 'active'
+    -- A statement's rows in a stable order: a subscription is sent them in it.
+    ORDER BY 1, 2, 3
+    RETURNING 1
+  ), missed AS (
+    -- A subscription in error misses its events, but they are numbered
+    -- (abandoned) as they happen: the subscriber sees the gap once
+    -- reactivated, and $events holds them.
+    SELECT f.subscription_id, f.resource_type, f.id, f.version_id,
+           row_number() OVER (PARTITION BY f.subscription_id ORDER BY f.resource_type, f.id) AS n,
+           count(*) OVER (PARTITION BY f.subscription_id) AS total
+    FROM fired f
+    WHERE f.status = 'error' AND NOT webhook.subscription_is_superseded(f.subscription_id)
+  ), advanced AS (
+    UPDATE webhook.subscription_streams stream
+    SET last_event_number = stream.last_event_number + counted.total
+    FROM (SELECT DISTINCT subscription_id, total FROM missed) counted
+    WHERE stream.subscription_id = counted.subscription_id
+    RETURNING stream.subscription_id, stream.last_event_number - counted.total AS numbered_before
+  ), missed_recorded AS (
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, event_number, status, settled_at)
+    SELECT missed.subscription_id, missed.resource_type, missed.id, missed.version_id, interaction = 'delete',
+           advanced.numbered_before + missed.n, 'abandoned', now()
+    FROM missed JOIN advanced ON advanced.subscription_id = missed.subscription_id
+    ORDER BY missed.subscription_id, missed.n
   )
-  INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
-  SELECT DISTINCT triggers.subscription_id, writes.resource_type, writes.id, writes.version_id, interaction = 'delete'
-  FROM triggers
-  JOIN writes ON writes.resource_type = triggers.resource_type
-  WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
-    AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
-  -- A statement's rows in a stable order: a subscription is sent them in it.
-  ORDER BY 1, 2, 3;
-  GET DIAGNOSTICS recorded = ROW_COUNT;
+  SELECT (SELECT count(*) FROM inserted),
+         -- A subscription in error that its topic fires for is reactivated by its first such event, as a classic one is.
+         array(SELECT DISTINCT ON (f.subscription_id)
+                      ('subscription_reactivation', webhook.event_payload(f.subscription_id, f.resource_type, f.id, f.row_version_id, interaction = 'delete'),
+                       NULL, NULL, NULL, 'reactivate:' || f.subscription_id, NULL, NULL)::graphile_worker.job_spec
+               FROM fired f
+               WHERE f.status = 'error' AND NOT webhook.subscription_is_superseded(f.subscription_id)
+               ORDER BY f.subscription_id, f.resource_type, f.id)
+  INTO recorded, reactivations;
 
+  -- add_jobs notifies graphile-worker's workers even of no job: only when there is one.
+  IF cardinality(reactivations) > 0 THEN
+    PERFORM graphile_worker.add_jobs(reactivations);
+  END IF;
   IF recorded > 0 THEN
     PERFORM pg_notify('webhook_subscription_events', '');
   END IF;
@@ -883,7 +942,7 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  RETURNS boolean
  LANGUAGE sql
  STABLE PARALLEL SAFE
-RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((newer.criteria = this.criteria) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
+RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
 
 CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interaction text, previous jsonb, current jsonb)
  RETURNS boolean

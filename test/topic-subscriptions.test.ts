@@ -262,6 +262,29 @@ describe('event numbers', () => {
   });
 });
 
+describe('a subscription in error', () => {
+  it('has its events numbered all the same; its next event reactivates it, and the subscriber sees the gap and fetches it with $events', async () => {
+    const { id, receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/error'] });
+    await t.fhir('PUT', '/Encounter/error-1', encounter('error-1', 'finished', 'Patient/error'));
+    await notifications(endpoint, 1);
+    // Deactivated (as after repeated failures): its next events are missed.
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'HTTP 503 from the receiver' WHERE id = $1`, [id]);
+    // Two events in one statement (a loader's): numbered 2 and 3, the first reactivating it.
+    await t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [encounter('error-2', 'finished', 'Patient/error'), encounter('error-3', 'finished', 'Patient/error')]);
+    await untilStatus(t, id, 'active');
+    await t.fhir('PUT', '/Encounter/error-4', encounter('error-4', 'finished', 'Patient/error'));
+    // The first notification, the reactivation handshake, the event that reactivated it, and the one after.
+    const calls = await endpoint.waitForCalls(5);
+    expect(notificationProblems(calls[2]!.json, { subscriptionId: id, type: 'handshake', content: 'id-only' })).toEqual([]);
+    const received = [calls[1]!, calls[3]!, calls[4]!].map((call) => eventNumbers(call.json)[0]!);
+    // The reactivating event kept the number it got while the subscription was in error; 3 was missed.
+    expect(received.sort((a, b) => a - b)).toEqual([1, 2, 4]);
+    const fetched = (await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=3&eventsUntilNumber=3`)).json<Json>();
+    expect(eventNumbers(fetched)).toEqual([3]);
+    expect(fetched.entry.slice(1).map((entry: Json) => entry.fullUrl)).toEqual([`${serviceBase}/Encounter/error-3`]);
+  });
+});
+
 describe('heartbeats', () => {
   it('go at the heartbeat period when nothing else went, in the IG shape, recorded as calls; none without a period', async () => {
     const { id, receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/heartbeat'], channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 1 }] });

@@ -10,7 +10,7 @@ import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
 import { applyMigrations } from '../src/db/migrations.ts';
 import { startWorkers } from '../src/dispatch/worker.ts';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
-import { submitSubscription } from '../src/subscriptions/store.ts';
+import { compileCriteria } from '../src/search/criteria.ts';
 import { baseUrl, testSecretsKey } from './support/app.ts';
 import { databaseUrl, withAdmin } from './support/global-setup.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
@@ -58,17 +58,15 @@ describe('upgrading a database with notification jobs to the event log', () => {
     const { rows: applied } = await database.pool.query<{ name: string }>('SELECT name FROM pgmigrations ORDER BY name DESC LIMIT 1');
     expect(applied[0]!.name).toBe('0017_notification_trigger_without_jit');
 
-    // An active subscription, as the old version left it (its handshake done).
-    const context = { box: createSecretBox(testSecretsKey), baseUrl, namingSystem: 'webhook', responseTimeoutMs: 15_000 };
-    const apiKey = (await database.pool.query<{ id: string }>(`INSERT INTO webhook.api_keys (name, key_sha256) VALUES ('upgrade', repeat('0', 64)) RETURNING id`)).rows[0]!.id;
-    const { resource } = await submitSubscription(
-      database.db,
-      context,
-      { resourceType: 'Subscription', status: 'requested', criteria: 'Patient?active=true', reason: 'upgrade', channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: s3cret'] } },
-      { apiKeyId: apiKey, admin: true },
+    // An active subscription, as the old version left it (its handshake done): the row its API wrote, in the schema of 0017.
+    const box = createSecretBox(testSecretsKey);
+    const compiled = compileCriteria('Patient?active=true');
+    const { rows: created } = await database.pool.query<{ id: string }>(
+      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint, payload, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+       VALUES ('active', 'Patient?active=true', 'Patient', $1, $2, $3, $4, 'application/fhir+json', $5, $6, false, 'upgrade') RETURNING id`,
+      [JSON.stringify(compiled), compiled.match, compiled.matchDeleted, receiver.url, box.seal(JSON.stringify(['secret: s3cret'])), box.seal('s3cret')],
     );
-    const subscriptionId = resource.id!;
-    await database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [subscriptionId]);
+    const subscriptionId = created[0]!.id;
     await database.pool.query(`SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs))`);
 
     // Waiting: two statements of the old trigger, a batch of three and a batch of one.

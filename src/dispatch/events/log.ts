@@ -101,6 +101,24 @@ export async function recordEvents(db: Db, subscriptionId: string, events: (Vers
     SELECT pg_notify(${eventsChannel}, '') FROM (SELECT FROM recorded LIMIT 1) any_recorded`.execute(db);
 }
 
+/**
+ * The event that reactivated a topic-based subscription: the trigger recorded
+ * it numbered and abandoned while the subscription was in error; it is
+ * pending again, its number kept, and the senders are woken. Recorded anew
+ * when the log no longer holds it.
+ */
+export async function reopenMissedEvent(db: Db, subscriptionId: string, event: VersionEvent): Promise<void> {
+  const { rows } = await sql`
+    WITH reopened AS (
+      UPDATE webhook.subscription_events SET status = 'pending', settled_at = NULL, not_before = NULL
+      WHERE subscription_id = ${subscriptionId} AND resource_type = ${event.resourceType} AND resource_id = ${event.resourceId}
+        AND version_id = ${event.versionId} AND status = 'abandoned'
+      RETURNING 1
+    )
+    SELECT pg_notify(${eventsChannel}, '') FROM (SELECT FROM reopened LIMIT 1) any_reopened`.execute(db);
+  if (rows.length === 0) await recordEvents(db, subscriptionId, [event]);
+}
+
 /** What became of an event: settled (delivered, failed, gone), or pending again, to be sent no sooner than notBefore. */
 export type EventOutcome = {
   eventId: string;

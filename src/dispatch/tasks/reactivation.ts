@@ -1,7 +1,7 @@
 import type { Db } from '../../db/database.ts';
 import { failReactivation, isSuperseded, reactivate } from '../../subscriptions/state.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
-import { recordEvents } from '../events/log.ts';
+import { recordEvents, reopenMissedEvent } from '../events/log.ts';
 import { eventKey, type ResourceEvent } from './jobs.ts';
 
 /**
@@ -12,8 +12,9 @@ import { eventKey, type ResourceEvent } from './jobs.ts';
  */
 export async function reactivation(context: DispatchContext, event: ResourceEvent, signal?: AbortSignal): Promise<void> {
   const { subscriptionId, attempt: _attempt, ...versionEvent } = event;
-  const deliver = (db: Db) => recordEvents(db, subscriptionId, [versionEvent]);
   const target = await loadTarget(context, event.subscriptionId);
+  // A topic-based subscription's event is in the log already, numbered while it was in error.
+  const deliver = (db: Db) => (target?.topic === undefined ? recordEvents(db, subscriptionId, [versionEvent]) : reopenMissedEvent(db, subscriptionId, versionEvent));
   // Reactivated meanwhile (by an earlier event's job): this event is delivered like any other.
   if (target?.status === 'active') return deliver(context.db);
   if (target?.status !== 'error') return;
