@@ -349,6 +349,26 @@ UNION ALL
   GROUP BY s.id, s.criteria, s.endpoint, s.status, job.task_identifier;
 COMMENT ON VIEW webhook.pending_work IS 'Work not done yet, per subscription: its pending notification events (work = notification) and its graphile-worker jobs (work = the task): waiting (due, not taken), scheduled (due later: retries), sending or running (taken by a worker), since when the oldest waits, the most attempts made.';
 
+CREATE VIEW webhook.topic_subscriptions AS
+ SELECT s.id AS subscription_id,
+    s.status,
+    topic.url AS topic_url,
+    topic.version AS topic_version,
+    topic.status AS topic_status,
+    s.filter_criteria,
+    s.payload_content,
+    s.heartbeat_period_seconds,
+    s.timeout_seconds,
+    s.max_count,
+    stream.last_event_number,
+    s.endpoint,
+    s.error,
+    s.created_at
+   FROM webhook.subscriptions s
+     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
+     JOIN webhook.subscription_streams stream ON stream.subscription_id = s.id;
+COMMENT ON VIEW webhook.topic_subscriptions IS 'Topic-based subscriptions (FHIR Subscriptions Backport IG): topic, filters, payload content (empty, id-only, full-resource), heartbeat period, timeout and max-count, and the number of the latest event (credentials of the endpoint masked).';
+
 CREATE OR REPLACE FUNCTION fhir.format_instant(instant timestamp with time zone)
  RETURNS text
  LANGUAGE sql

@@ -13,7 +13,7 @@ import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
 import { loadNdjson, type LoadProgress } from './loading/ndjson.ts';
-import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, type Attempt } from './operations/delivery-overview.ts';
+import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type Attempt } from './operations/delivery-overview.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
 import { TopicRefused } from './topics/definition.ts';
 import { addTopics, canonicalOf, listTopics, retireTopic } from './topics/store.ts';
@@ -121,11 +121,11 @@ function commandLine(): Command {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description('list the subscriptions: id, status, failures in a row, criteria, endpoint (credentials masked), error')
+    .description('list the subscriptions: id, status, failures in a row, criteria (a topic with its filters and payload level), endpoint (credentials masked), error')
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
-        const rows = (await listSubscriptions(db, options)).map((row) => [row.id, row.status, String(row.failureCount), row.criteria, row.endpoint, row.error ?? '']);
+        const rows = (await listSubscriptions(db, options)).map((row) => [row.id, row.status, String(row.failureCount), subscribedTo(row), row.endpoint, row.error ?? '']);
         console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILURES', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
       }),
     );
@@ -142,6 +142,13 @@ function commandLine(): Command {
             `Subscription ${subscription.id}`,
             `  status    ${subscription.status}${subscription.error === null ? '' : `: ${subscription.error}`}`,
             `  criteria  ${subscription.criteria}`,
+            ...(subscription.topic === null
+              ? []
+              : [
+                  `  filters   ${subscription.topic.filters.length === 0 ? 'none' : subscription.topic.filters.join(' & ')}`,
+                  `  payload   ${subscription.topic.payloadContent}`,
+                  `  events    ${subscription.topic.lastEventNumber} (the latest event's number)`,
+                ]),
             `  endpoint  ${subscription.endpoint}`,
             `  failures  ${subscription.failureCount} in a row`,
             `  created   ${subscription.createdAt.toISOString()}`,

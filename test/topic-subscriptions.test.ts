@@ -5,8 +5,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
+import { createMetrics } from '../src/metrics/metrics.ts';
 import { addTopics, retireTopic } from '../src/topics/store.ts';
 import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { childEnvironment, runCommand } from './support/commands.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
@@ -387,5 +389,26 @@ describe('$status, $events and discovery', () => {
     const read = await t.fhir('GET', new URL(search.entry[0].fullUrl).pathname.replace('/fhir/resources', ''));
     expect(read.json()).toMatchObject({ resourceType: 'SubscriptionTopic', url: topicUrl });
     expect((await t.fhir('GET', '/SubscriptionTopic/999999')).statusCode).toBe(404);
+  });
+});
+
+describe('what operators see', () => {
+  it('subscriptions list and show, the DBA view and the metrics name the topic, the filters, the payload level and the latest event number', async () => {
+    const { id } = await subscribeToTopic({ content: 'empty', filters: ['Encounter?patient=Patient/operators'] });
+    await t.fhir('PUT', '/Encounter/operators-1', encounter('operators-1', 'finished', 'Patient/operators'));
+    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+
+    const environment = childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
+    const show = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', id], environment);
+    expect(show.exitCode).toBe(0);
+    expect(show.output).toContain(`  criteria  ${topicUrl}\n  filters   Encounter?patient=Patient/operators\n  payload   empty\n  events    1 (the latest event's number)\n`);
+    const list = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'list', '--status', 'active'], environment);
+    expect(list.output).toMatch(new RegExp(`${id}\\s+active\\s+0\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`));
+
+    const { rows } = await t.database.pool.query(`SELECT topic_url, topic_version, filter_criteria, payload_content, last_event_number FROM webhook.topic_subscriptions WHERE subscription_id = $1`, [id]);
+    expect(rows).toEqual([{ topic_url: topicUrl, topic_version: '1.0.0', filter_criteria: ['Encounter?patient=Patient/operators'], payload_content: 'empty', last_event_number: '1' }]);
+
+    const exposition = await createMetrics(t.database.db).registry.metrics();
+    expect(exposition).toMatch(new RegExp(`fhir_webhooks_topic_subscriptions\\{topic="${topicUrl.replace(/[.?|]/g, '\\$&')}\\|1\\.0\\.0",status="active"\\} \\d+`));
   });
 });

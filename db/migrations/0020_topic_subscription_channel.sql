@@ -67,7 +67,23 @@ CREATE INDEX subscriptions_with_heartbeat ON webhook.subscriptions (id) WHERE he
 -- it missed): only numbered events, those a sender has claimed, are in it.
 CREATE INDEX subscription_events_by_number ON webhook.subscription_events (subscription_id, event_number) WHERE event_number IS NOT NULL;
 
+-- For the DBA: each topic-based subscription with its topic, filters, payload
+-- level and channel settings, and the number of its latest event (what
+-- $status calls events-since-subscription-start).
+CREATE VIEW webhook.topic_subscriptions AS
+  SELECT s.id AS subscription_id, s.status, topic.url AS topic_url, topic.version AS topic_version, topic.status AS topic_status,
+         s.filter_criteria, s.payload_content, s.heartbeat_period_seconds, s.timeout_seconds, s.max_count,
+         stream.last_event_number, s.endpoint, s.error, s.created_at
+  FROM webhook.subscriptions s
+  JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
+  JOIN webhook.subscription_streams stream ON stream.subscription_id = s.id;
+
+COMMENT ON VIEW webhook.topic_subscriptions IS
+  'Topic-based subscriptions (FHIR Subscriptions Backport IG): topic, filters, payload content (empty, id-only, full-resource), heartbeat period, timeout and max-count, and the number of the latest event (credentials of the endpoint masked).';
+
 -- Down Migration
+
+DROP VIEW webhook.topic_subscriptions;
 
 DROP INDEX webhook.subscription_events_by_number;
 DROP INDEX webhook.subscriptions_with_heartbeat;

@@ -179,4 +179,17 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
       for (const status of subscriptionStatuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
     },
   });
+  new Gauge({
+    name: 'fhir_webhooks_topic_subscriptions',
+    help: 'Topic-based subscriptions by topic (its canonical, url|version) and status',
+    labelNames: ['topic', 'status'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ topic: string; status: string; subscriptions: number }>`
+        SELECT topic_url || coalesce('|' || topic_version, '') AS topic, status::text, count(*)::int AS subscriptions
+        FROM webhook.topic_subscriptions GROUP BY 1, 2`.execute(db);
+      this.reset();
+      for (const row of rows) this.set({ topic: row.topic, status: row.status }, row.subscriptions);
+    },
+  });
 }

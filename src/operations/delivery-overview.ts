@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { DeliveryKind, SubscriptionStatus } from '../db/schema.ts';
+import type { PayloadContent } from '../topics/backport.ts';
 import { visibleTo, type Caller } from '../subscriptions/store.ts';
 
 /**
@@ -18,11 +19,28 @@ export type SubscriptionSummary = {
   failureCount: number;
   error: string | null;
   createdAt: Date;
+  /** A topic-based subscription's filters, payload level and latest event number; null for a classic one. */
+  topic: TopicSummary | null;
 };
+
+export type TopicSummary = { filters: string[]; payloadContent: PayloadContent; lastEventNumber: number };
+
+/** What a subscription is on, in one line: its criteria, or its topic with its filters and payload level. */
+export function subscribedTo({ criteria, topic }: Pick<SubscriptionSummary, 'criteria' | 'topic'>): string {
+  if (topic === null) return criteria;
+  return `${criteria}${topic.filters.length === 0 ? '' : ` [${topic.filters.join(' & ')}]`} (${topic.payloadContent})`;
+}
 
 /** The subscriptions an API caller may see (the store's rule), or all of them for an operator (no caller: the CLI). */
 function subscriptions(db: Db, caller: Caller | undefined) {
-  const query = db.selectFrom('webhook.subscriptions').select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt']);
+  const query = db
+    .selectFrom('webhook.subscriptions')
+    .innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 'webhook.subscriptions.id')
+    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
+    .select(
+      sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
+        json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as('topic'),
+    );
   return caller === undefined ? query : visibleTo(query, caller);
 }
 

@@ -49,7 +49,7 @@ function renderSubscriptions(subscriptions) {
       const row = document.createElement('tr');
       row.dataset.id = subscription.id;
       row.classList.toggle('selected', subscription.id === selected);
-      row.append(badge(subscription.status, 'status'), cell(subscription.criteria, 'code'), cell(subscription.endpoint, 'code'), cell(String(subscription.failureCount)), cell(subscription.error));
+      row.append(badge(subscription.status, 'status'), cell(subscription.subscribedTo, 'code'), cell(subscription.endpoint, 'code'), cell(String(subscription.failureCount)), cell(subscription.error));
       row.addEventListener('click', () => {
         selected = subscription.id;
         void refreshNow();
@@ -61,7 +61,7 @@ function renderSubscriptions(subscriptions) {
 
 function renderDetail({ subscription, attempts, queued }) {
   $('#detail').hidden = false;
-  $('#detail-title').textContent = `${subscription.criteria} → ${subscription.endpoint}`;
+  $('#detail-title').textContent = `${subscription.subscribedTo} → ${subscription.endpoint}${subscription.topic === null ? '' : `, latest event ${subscription.topic.lastEventNumber}`}`;
   fill(
     $('#attempts'),
     attempts.map((attempt) => {

@@ -5,7 +5,8 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
 import { notFound } from '../../fhir/outcome.ts';
-import { findSubscription, listSubscriptions, queuedWork, recentAttempts, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
+import { findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
+import { payloadContents } from '../../topics/backport.ts';
 import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
 import { deliveryKinds } from '../../db/schema.ts';
@@ -13,7 +14,7 @@ import { deliveryKinds } from '../../db/schema.ts';
 export type ConsoleDataOptions = { db: Db };
 
 /** Dates as JSON writes them: ISO 8601 strings. */
-const summaryJson = (subscription: SubscriptionSummary) => ({ ...subscription, createdAt: subscription.createdAt.toISOString() });
+const summaryJson = (subscription: SubscriptionSummary) => ({ ...subscription, createdAt: subscription.createdAt.toISOString(), subscribedTo: subscribedTo(subscription) });
 
 /** The page and its two files, read once: plain HTML, CSS and a script, no build step. */
 const page = Object.fromEntries(
@@ -31,6 +32,8 @@ const subscriptionSummary = z.object({
   failureCount: z.number(),
   error: z.string().nullable(),
   createdAt: z.string(),
+  topic: z.object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() }).nullable().describe('A topic-based subscription: its filters, payload level and latest event number'),
+  subscribedTo: z.string().describe('Its criteria, or its topic with filters and payload level, in one line'),
 });
 const attempt = z.object({
   id: z.string(),
