@@ -127,7 +127,7 @@ describe('creating a subscription on a topic', () => {
   it.each([
     ['an unknown topic', { criteria: 'http://example.org/topics/unknown' }, 'criteria=http://example.org/topics/unknown is not a topic this service offers'],
     ['an unknown version', { criteria: `${topicUrl}|9.9` }, `criteria=${topicUrl}|9.9 is not a topic this service offers`],
-    ['a filter the topic does not offer', { filters: ['Encounter?status=finished'] }, "the topic does not offer filtering Encounter by 'status' (its canFilterBy: patient)"],
+    ['a filter the topic does not offer', { filters: ['Encounter?status=finished'] }, "the topic does not offer filtering Encounter by 'status' (its canFilterBy: patient, class)"],
     ['a filter on a type the topic is not about', { filters: ['Patient?name=x'] }, 'the topic is about Encounter, not Patient'],
     ['a modifier the topic does not offer', { filters: ['Encounter?patient:missing=true'] }, 'the topic does not offer the modifier :missing'],
     ['a chain', { filters: ['Encounter?patient.name=x'] }, 'chains and _has are not filters a topic offers'],
