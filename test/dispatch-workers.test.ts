@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
@@ -10,6 +11,8 @@ import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/a
 import { listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';
 import { childEnvironment } from './support/commands.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
+import { eventNumbers, type Json } from './support/backport-conformance.ts';
+import { addTopics } from '../src/topics/store.ts';
 
 /**
  * The dispatcher under load: a bulk SQL insert fanned out to 20,000
@@ -397,5 +400,60 @@ describe('two worker processes on one database', () => {
     expect(await survivor.exited).toEqual({ code: 0, signal: null });
     expect((await t.database.pool.query('SELECT pool_id FROM webhook.worker_pools')).rows).toEqual([]);
     expect(survivor.output()).toContain('freed the work of a worker process that is gone');
+  });
+
+  it('a topic-based subscription keeps its event numbers across the kill -9 of a worker: each number names one event, gapless from 1, a resend carries the same one', { timeout: 150_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    await addTopics(t.database.db, [JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'))]);
+    // Event number and focus of each notification, in arrival order; slow answers keep the doomed process busy.
+    const received: [number, string][] = [];
+    const server: Server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const bundle = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json;
+        const [number] = eventNumbers(bundle);
+        if (number !== undefined) received.push([number, String(bundle.entry[1].fullUrl).split('/').pop()!]);
+        setTimeout(() => response.writeHead(200).end('ok'), 100);
+      });
+    });
+    const { port, close } = await listenOnLoopback(server);
+    cleanups.push(close);
+
+    const doomed = spawnWorker(t.database.url);
+    const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+    const created = await t.fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      reason: 'kill -9',
+      criteria: 'http://example.org/topics/encounter-complete',
+      channel: { type: 'rest-hook', endpoint: `http://127.0.0.1:${port}/hook`, payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] } },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const id = created.json<{ id: string }>().id;
+    await untilStatus(t, id, 'active', 30_000);
+
+    const count = 200;
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'killed-' || n, 'status', 'finished', 'class', jsonb_build_object('code', 'AMB'))
+       FROM generate_series(1, $1::int) AS n`,
+      [count],
+    );
+    await waitFor(async () => (received.length > 20 ? true : undefined), 30_000, 'the doomed process to be sending');
+    doomed.process.kill('SIGKILL');
+    expect(await doomed.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    const survivor = spawnWorker(t.database.url);
+    await untilNothingPending(t, 60_000);
+
+    // Every number from 1 to count, each naming one Encounter, every Encounter under one number.
+    const byNumber = new Map<number, Set<string>>();
+    for (const [number, focus] of received) byNumber.set(number, (byNumber.get(number) ?? new Set()).add(focus));
+    expect([...byNumber.keys()].sort((a, b) => a - b)).toEqual(Array.from({ length: count }, (_, index) => index + 1));
+    expect([...byNumber.values()].filter((foci) => foci.size !== 1)).toEqual([]);
+    expect(new Set([...byNumber.values()].map((foci) => [...foci][0])).size).toBe(count);
+    survivor.process.kill('SIGTERM');
+    expect(await survivor.exited).toEqual({ code: 0, signal: null });
   });
 });
