@@ -13,6 +13,8 @@ import { applyMigrations } from '../src/db/migrations.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, testSecretsKey } from './support/app.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { eventNumbers, statusValue } from './support/backport-conformance.ts';
+import { addTopics } from '../src/topics/store.ts';
 
 /**
  * A database restart under load, on a throwaway embedded PostgreSQL (never the
@@ -62,6 +64,10 @@ beforeAll(async () => {
   receiver = await startReceiver();
   app = await buildApp({ database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }) });
   apiKey = (await createApiKey(database.db, 'restart')).key;
+  // A topic on every Patient created, filterable by family: its subscribers' event numbers must survive the outage.
+  await addTopics(database.db, [
+    { resourceType: 'SubscriptionTopic', url: 'http://example.org/topics/patient-created', status: 'active', resourceTrigger: [{ resource: 'Patient', supportedInteraction: ['create'] }], canFilterBy: [{ filterParameter: 'family' }] },
+  ]);
   workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '500,1000,2000,4000' , DELIVERY_MAX_FAILURES: '8' }), database, testSecretsKey, pino({ level: process.env.RESTART_TEST_LOG ?? 'silent' }));
 }, 120_000);
 
@@ -110,10 +116,26 @@ describe.each(outages)('PostgreSQL $name for a few seconds under load, then star
       channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: [`secret: ${family}`] },
     });
     expect(created.statusCode).toBe(201);
+    const onTopic = await fhir('POST', '/fhir/resources/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: 'http://example.org/topics/patient-created',
+      _criteria: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: `Patient?family=${family}` }] },
+      reason: 'restart test',
+      channel: {
+        type: 'rest-hook',
+        endpoint: receiver.url,
+        payload: 'application/fhir+json',
+        _payload: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-payload-content', valueCode: 'id-only' }] },
+      },
+    });
+    expect(onTopic.statusCode, onTopic.body).toBe(201);
+    const topicSubscriptionId = onTopic.json<{ id: string }>().id;
     // Events count from the activation, which commits after the handshake call returns: write only once it has.
     const subscriptionId = created.json<{ id: string }>().id;
     const status = async () => (await database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [subscriptionId])).rows[0]?.status;
     await waitFor(async () => ((await status()) === 'active' ? true : undefined), 30_000, 'the activation');
+    await waitFor(async () => ((await database.pool.query(`SELECT 1 FROM webhook.subscriptions WHERE id = $1 AND status = 'active'`, [topicSubscriptionId])).rowCount === 1 ? true : undefined), 30_000, 'the topic subscription\'s activation');
     // Slow answers, so that the outage catches jobs in flight: their completions fail with the connection.
     receiver.answer = () => ({ status: 200, delayMs: 300 });
 
@@ -170,5 +192,21 @@ describe.each(outages)('PostgreSQL $name for a few seconds under load, then star
         `${String(error)}: missing ${JSON.stringify(missing)} (stored after the restart: ${JSON.stringify(stored.rows)}); jobs ${JSON.stringify(jobs.rows)}; queues ${JSON.stringify(queues.rows)}; attempts ${JSON.stringify(attempts.rows)}`,
       );
     });
+
+    // The topic-based subscription: every committed Patient under one event number, the numbers 1 to N without a gap, a number never naming two.
+    const byNumber = new Map<number, Set<string>>();
+    const subscriptionOf = (call: { json: Record<string, unknown> }) => (statusValue(call.json, 'subscription') as { reference?: string } | undefined)?.reference ?? '';
+    const topicNotifications = () => receiver.calls.filter((call) => subscriptionOf(call).endsWith(topicSubscriptionId));
+    await waitFor(() => {
+      byNumber.clear();
+      for (const call of topicNotifications()) {
+        const [number] = eventNumbers(call.json);
+        if (number !== undefined) byNumber.set(number, (byNumber.get(number) ?? new Set()).add((call.json.entry as { fullUrl: string }[])[1]!.fullUrl.split('/').pop()!));
+      }
+      return byNumber.size >= committed.length ? true : undefined;
+    }, 90_000, 'every committed Patient notified to the topic-based subscription');
+    expect([...byNumber.keys()].sort((a, b) => a - b)).toEqual(Array.from({ length: committed.length }, (_, index) => index + 1));
+    expect([...byNumber.values()].filter((ids) => ids.size !== 1)).toEqual([]);
+    expect(new Set([...byNumber.values()].map((ids) => [...ids][0])).size).toBe(committed.length);
   });
 });
