@@ -247,6 +247,14 @@ describe('event numbers', () => {
     expect(calls.map((call) => eventNumbers(call.json))).toEqual([[1], [1], [2]]);
   });
 
+  it('max-count holds: three events of one statement come as three notifications of one event each', async () => {
+    const { receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/max-count'], channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 1 }] });
+    await t.database.pool.query(`INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'max-count-' || n, 'status', 'finished', 'subject', jsonb_build_object('reference', 'Patient/max-count')) FROM generate_series(1, 3) n`);
+    const calls = await notifications(endpoint, 3);
+    expect(calls.map((call) => eventNumbers(call.json).length)).toEqual([1, 1, 1]);
+    expect(calls.flatMap((call) => eventNumbers(call.json)).sort()).toEqual([1, 2, 3]);
+  });
+
   it('a deletion that the topic fires on comes as a DELETE entry without a resource', async () => {
     await addTopics(t.database.db, [
       {
