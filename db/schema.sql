@@ -239,11 +239,11 @@ CREATE INDEX delivery_attempts_by_start ON webhook.delivery_attempts USING btree
 
 CREATE INDEX delivery_attempts_by_subscription ON webhook.delivery_attempts USING btree (subscription_id, started_at DESC);
 
-CREATE INDEX subscription_events_by_number ON webhook.subscription_events USING btree (subscription_id, event_number) WHERE (event_number IS NOT NULL);
-
 CREATE INDEX subscription_events_by_settling ON webhook.subscription_events USING btree (settled_at) WHERE (status <> 'pending'::text);
 
 CREATE INDEX subscription_events_pending ON webhook.subscription_events USING btree (subscription_id, id) WHERE (status = 'pending'::text);
+
+CREATE INDEX subscription_events_waiting_for_retry ON webhook.subscription_events USING btree (subscription_id, id) WHERE ((status = 'pending'::text) AND (not_before IS NOT NULL));
 
 CREATE INDEX subscription_match_terms_by_subscription ON webhook.subscription_match_terms USING btree (subscription_id);
 
@@ -462,25 +462,6 @@ CREATE OR REPLACE FUNCTION webhook.abandon_pending_events()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  -- A topic-based subscription's events are numbered all the same, in log
-  -- order (those a claim had not numbered yet): its subscriber sees the gap
-  -- and $events serves them.
-  IF TG_OP = 'UPDATE' AND OLD.topic_id IS NOT NULL THEN
-    WITH fresh AS (
-      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
-      FROM webhook.subscription_events e
-      WHERE e.subscription_id = OLD.id AND e.status = 'pending' AND e.event_number IS NULL
-    ), advanced AS (
-      UPDATE webhook.subscription_streams stream
-      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM fresh)
-      WHERE stream.subscription_id = OLD.id AND EXISTS (SELECT FROM fresh)
-      RETURNING stream.last_event_number - (SELECT max(total) FROM fresh) AS numbered_before
-    )
-    UPDATE webhook.subscription_events e
-    SET event_number = advanced.numbered_before + fresh.n
-    FROM fresh, advanced
-    WHERE e.id = fresh.id;
-  END IF;
   UPDATE webhook.subscription_events
   SET status = 'abandoned', settled_at = now()
   WHERE subscription_id = OLD.id AND status = 'pending';
@@ -518,6 +499,7 @@ AS $function$
 DECLARE
   batch bigint[];
   in_order boolean;
+  events_before bigint;
 BEGIN
   SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
   JOIN webhook.subscriptions s ON s.id = stream.subscription_id
@@ -525,12 +507,14 @@ BEGIN
   IF NOT FOUND THEN
     RETURN;
   END IF;
+  events_before := CASE WHEN in_order THEN webhook.first_event_waiting_for_retry(subscription) ELSE 9223372036854775807 END;
 
   SELECT array_agg(due.id) INTO batch
   FROM (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-      AND webhook.event_is_due(e, in_order)
+      AND e.id < events_before
+      AND (e.not_before IS NULL OR e.not_before <= now())
     ORDER BY e.id
     LIMIT max_events
   ) due;
@@ -581,11 +565,14 @@ BEGIN
     FROM unnest(candidates) WITH ORDINALITY AS candidate(subscription_id, place)
     JOIN webhook.subscription_streams stream ON stream.subscription_id = candidate.subscription_id
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
+    CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
+                                    ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
     WHERE stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND webhook.event_is_due(e, s.topic_id IS NOT NULL))
+                     AND e.id < held_back.events_before
+                     AND (e.not_before IS NULL OR e.not_before <= now()))
     ORDER BY candidate.place
     LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
     FOR UPDATE OF stream SKIP LOCKED
@@ -601,10 +588,13 @@ BEGIN
   SELECT array_agg(due.id) INTO batch
   FROM unnest(claimed) AS one(subscription_id)
   JOIN webhook.subscriptions s ON s.id = one.subscription_id
+  CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
+                                  ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
   CROSS JOIN LATERAL (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND webhook.event_is_due(e, s.topic_id IS NOT NULL)
+      AND e.id < held_back.events_before
+      AND (e.not_before IS NULL OR e.not_before <= now())
     ORDER BY e.id
     LIMIT max_events
   ) due;
@@ -635,12 +625,6 @@ CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN sha256(convert_to(criteria, 'UTF8'::name));
 
-CREATE OR REPLACE FUNCTION webhook.event_is_due(event webhook.subscription_events, in_order boolean)
- RETURNS boolean
- LANGUAGE sql
- STABLE
-RETURN ((((event).not_before IS NULL) OR ((event).not_before <= now())) AND ((NOT in_order) OR (NOT (EXISTS (SELECT FROM webhook.subscription_events earlier WHERE ((earlier.subscription_id = (event_is_due.event).subscription_id) AND (earlier.status = 'pending'::text) AND (earlier.id < (event_is_due.event).id) AND (earlier.not_before > now())))))));
-
 CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
  RETURNS json
  LANGUAGE sql
@@ -648,11 +632,50 @@ CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_
 RETURN json_build_object('subscriptionId', subscription_id, 'resourceType', resource_type, 'resourceId', id, 'versionId', CASE WHEN deleted THEN (version_id + 1) ELSE version_id END, 'deleted', deleted);
 COMMENT ON FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean) IS 'The payload of subscription_reactivation jobs: resourceEvent in src/db/jobs.ts (test/notification-triggers.test.ts checks the two agree).';
 
+CREATE OR REPLACE FUNCTION webhook.first_event_waiting_for_retry(subscription uuid)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+RETURN COALESCE((SELECT min(e.id) AS min FROM webhook.subscription_events e WHERE ((e.subscription_id = first_event_waiting_for_retry.subscription) AND (e.status = 'pending'::text) AND (e.not_before IS NOT NULL) AND (e.not_before > now()))), '9223372036854775807'::bigint);
+
 CREATE OR REPLACE FUNCTION webhook.notifies(resource_type text, content jsonb, predicate jsonpath)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 RETURN (((resource_type <> 'Bundle'::text) OR ((content ->> 'type'::text) = 'document'::text)) AND ((predicate IS NULL) OR COALESCE(jsonb_path_match(content, predicate, '{}'::jsonb, true), false)));
+
+CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid)
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  claimed boolean;
+BEGIN
+  SELECT stream.claimed_by IS NOT NULL INTO claimed
+  FROM webhook.subscription_streams stream
+  WHERE stream.subscription_id = subscription
+  FOR UPDATE;
+  IF claimed IS NOT DISTINCT FROM false THEN
+    WITH missed AS (
+      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+      FROM webhook.subscription_events e
+      JOIN webhook.subscriptions s ON s.id = e.subscription_id
+      WHERE e.subscription_id = subscription AND s.topic_id IS NOT NULL
+        AND e.status = 'abandoned' AND e.event_number IS NULL
+    ), advanced AS (
+      UPDATE webhook.subscription_streams stream
+      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM missed)
+      WHERE stream.subscription_id = subscription AND EXISTS (SELECT FROM missed)
+      RETURNING stream.last_event_number - (SELECT max(total) FROM missed) AS numbered_before
+    )
+    UPDATE webhook.subscription_events e
+    SET event_number = advanced.numbered_before + missed.n
+    FROM missed, advanced
+    WHERE e.id = missed.id AND e.event_number IS NULL;
+  END IF;
+  RETURN (SELECT last_event_number FROM webhook.subscription_streams WHERE subscription_id = subscription);
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
@@ -870,26 +893,16 @@ BEGIN
     ORDER BY 1, 2, 3
     RETURNING 1
   ), missed AS (
-    -- A subscription in error misses its events, but they are numbered
-    -- (abandoned) as they happen: the subscriber sees the gap once
-    -- reactivated, and $events holds them.
-    SELECT f.subscription_id, f.resource_type, f.id, f.version_id,
-           row_number() OVER (PARTITION BY f.subscription_id ORDER BY f.resource_type, f.id) AS n,
-           count(*) OVER (PARTITION BY f.subscription_id) AS total
-    FROM fired f
-    WHERE f.status = 'error' AND NOT webhook.subscription_is_superseded(f.subscription_id)
-  ), advanced AS (
-    UPDATE webhook.subscription_streams stream
-    SET last_event_number = stream.last_event_number + counted.total
-    FROM (SELECT DISTINCT subscription_id, total FROM missed) counted
-    WHERE stream.subscription_id = counted.subscription_id
-    RETURNING stream.subscription_id, stream.last_event_number - counted.total AS numbered_before
-  ), missed_recorded AS (
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, event_number, status, settled_at)
-    SELECT missed.subscription_id, missed.resource_type, missed.id, missed.version_id, interaction = 'delete',
-           advanced.numbered_before + missed.n, 'abandoned', now()
-    FROM missed JOIN advanced ON advanced.subscription_id = missed.subscription_id
-    ORDER BY missed.subscription_id, missed.n
+    -- A subscription in error misses its events: they are recorded
+    -- abandoned, to be numbered when it is reactivated or asked for its
+    -- status (webhook.number_missed_events), so that its subscriber sees the
+    -- gap and $events serves them. No lock: a subscription in error never
+    -- holds up the writers.
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, status, settled_at)
+    SELECT subscription_id, resource_type, id, version_id, interaction = 'delete', 'abandoned', now()
+    FROM fired
+    WHERE status = 'error' AND NOT webhook.subscription_is_superseded(subscription_id)
+    ORDER BY 1, 2, 3
   )
   SELECT (SELECT count(*) FROM inserted),
          -- A subscription in error that its topic fires for is reactivated by its first such event, as a classic one is.

@@ -21,6 +21,7 @@ CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, s
 DECLARE
   batch bigint[];
   in_order boolean;
+  events_before bigint;
 BEGIN
   SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
   JOIN webhook.subscriptions s ON s.id = stream.subscription_id
@@ -28,12 +29,14 @@ BEGIN
   IF NOT FOUND THEN
     RETURN;
   END IF;
+  events_before := CASE WHEN in_order THEN webhook.first_event_waiting_for_retry(subscription) ELSE 9223372036854775807 END;
 
   SELECT array_agg(due.id) INTO batch
   FROM (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-      AND webhook.event_is_due(e, in_order)
+      AND e.id < events_before
+      AND (e.not_before IS NULL OR e.not_before <= now())
     ORDER BY e.id
     LIMIT max_events
   ) due;

@@ -23,7 +23,7 @@
 -- free: one process would do the work of all.
 --
 -- A topic-based subscription's events are claimed in order: none while an
--- earlier one waits for its retry (webhook.event_is_due).
+-- earlier one waits for its retry (webhook.first_event_waiting_for_retry).
 --
 -- The claimed events are superseded or numbered, and returned in the order to
 -- send them, by webhook.prepare_claimed_events. A worker that got a full
@@ -70,11 +70,14 @@ BEGIN
     FROM unnest(candidates) WITH ORDINALITY AS candidate(subscription_id, place)
     JOIN webhook.subscription_streams stream ON stream.subscription_id = candidate.subscription_id
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
+    CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
+                                    ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
     WHERE stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND webhook.event_is_due(e, s.topic_id IS NOT NULL))
+                     AND e.id < held_back.events_before
+                     AND (e.not_before IS NULL OR e.not_before <= now()))
     ORDER BY candidate.place
     LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
     FOR UPDATE OF stream SKIP LOCKED
@@ -90,10 +93,13 @@ BEGIN
   SELECT array_agg(due.id) INTO batch
   FROM unnest(claimed) AS one(subscription_id)
   JOIN webhook.subscriptions s ON s.id = one.subscription_id
+  CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
+                                  ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
   CROSS JOIN LATERAL (
     SELECT e.id FROM webhook.subscription_events e
     WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND webhook.event_is_due(e, s.topic_id IS NOT NULL)
+      AND e.id < held_back.events_before
+      AND (e.not_before IS NULL OR e.not_before <= now())
     ORDER BY e.id
     LIMIT max_events
   ) due;

@@ -22,12 +22,10 @@
 -- A subscription in error (and not superseded by a newer one on the same
 -- topic and filters) that its topic fires for gets one
 -- subscription_reactivation job, as for classic criteria: the handshake
--- again, and this event delivered if it passes. Its events are numbered all
+-- again, and this event delivered if it passes. Its events are recorded all
 -- the same (the Backport IG: events-since-subscription-start goes on in
--- error), recorded abandoned: not sent, but the subscriber sees the gap in
--- the numbers and $events serves them. That takes a lock on the
--- subscription's stream row until the writer commits: writers of events for
--- one subscription in error go one after the other.
+-- error), abandoned: not sent, numbered later (webhook.number_missed_events),
+-- so that the subscriber sees the gap in the numbers and $events serves them.
 --
 -- Wake-up as the classic trigger: one NOTIFY when something was recorded
 -- (PostgreSQL sends one for the two triggers of a transaction).
@@ -78,26 +76,16 @@ BEGIN
     ORDER BY 1, 2, 3
     RETURNING 1
   ), missed AS (
-    -- A subscription in error misses its events, but they are numbered
-    -- (abandoned) as they happen: the subscriber sees the gap once
-    -- reactivated, and $events holds them.
-    SELECT f.subscription_id, f.resource_type, f.id, f.version_id,
-           row_number() OVER (PARTITION BY f.subscription_id ORDER BY f.resource_type, f.id) AS n,
-           count(*) OVER (PARTITION BY f.subscription_id) AS total
-    FROM fired f
-    WHERE f.status = 'error' AND NOT webhook.subscription_is_superseded(f.subscription_id)
-  ), advanced AS (
-    UPDATE webhook.subscription_streams stream
-    SET last_event_number = stream.last_event_number + counted.total
-    FROM (SELECT DISTINCT subscription_id, total FROM missed) counted
-    WHERE stream.subscription_id = counted.subscription_id
-    RETURNING stream.subscription_id, stream.last_event_number - counted.total AS numbered_before
-  ), missed_recorded AS (
-    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, event_number, status, settled_at)
-    SELECT missed.subscription_id, missed.resource_type, missed.id, missed.version_id, interaction = 'delete',
-           advanced.numbered_before + missed.n, 'abandoned', now()
-    FROM missed JOIN advanced ON advanced.subscription_id = missed.subscription_id
-    ORDER BY missed.subscription_id, missed.n
+    -- A subscription in error misses its events: they are recorded
+    -- abandoned, to be numbered when it is reactivated or asked for its
+    -- status (webhook.number_missed_events), so that its subscriber sees the
+    -- gap and $events serves them. No lock: a subscription in error never
+    -- holds up the writers.
+    INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, status, settled_at)
+    SELECT subscription_id, resource_type, id, version_id, interaction = 'delete', 'abandoned', now()
+    FROM fired
+    WHERE status = 'error' AND NOT webhook.subscription_is_superseded(subscription_id)
+    ORDER BY 1, 2, 3
   )
   SELECT (SELECT count(*) FROM inserted),
          -- A subscription in error that its topic fires for is reactivated by its first such event, as a classic one is.

@@ -152,13 +152,14 @@ export async function call(context: DispatchContext, target: Target, resource: u
 
 /**
  * The handshake: for a topic-based subscription the Backport IG's (a history
- * Bundle with the status Parameters, type handshake); for a classic one the
+ * Bundle with the status Parameters, type handshake, and the events it has
+ * had: 0 on creation, more before a reactivation); for a classic one the
  * spec's (a history Bundle holding an R5-style SubscriptionStatus).
  */
-export function handshakeBundle(context: DispatchContext, target: Target): unknown {
+export function handshakeBundle(context: DispatchContext, target: Target, eventsSinceSubscriptionStart = 0): unknown {
   if (target.topic !== undefined) {
     const subject = statusSubject(context, target, target.topic);
-    return notificationBundle(statusParameters(subject, 'handshake', 0, []), subject, []);
+    return notificationBundle(statusParameters(subject, 'handshake', eventsSinceSubscriptionStart, []), subject, []);
   }
   return {
     resourceType: 'Bundle',

@@ -204,6 +204,9 @@ export function isTopicCanonical(criteria: string): boolean {
   return /^(https?|urn):/i.test(criteria);
 }
 
+/** A heartbeat is a call and a recorded attempt: one a second per subscription would be a load of its own. */
+export const minHeartbeatPeriodSeconds = 10;
+
 /** The most filters one subscription may set: each is evaluated on every write the topic fires on. */
 const maxFilters = 20;
 
@@ -221,6 +224,10 @@ function parseFilterCriteria(element: unknown): string[] {
       // An extension the service does not know (another version's filter-criteria, say) would change what the subscription means if ignored.
       if (item.url !== backport.filterCriteria) throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
       if (typeof item.valueString !== 'string' || item.valueString === '') throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
+      // Each filter is evaluated on every write its topic fires on, as a classic criteria is on every write of its type.
+      if (item.valueString.length > maxCriteriaLength) {
+        throw refusal(`A backport-filter-criteria is ${item.valueString.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
+      }
       return item.valueString;
     });
   if (filters.length > maxFilters) throw refusal(`_criteria has ${filters.length} backport-filter-criteria extensions; the limit is ${maxFilters}`);
@@ -242,13 +249,15 @@ function parseBackportChannel(channel: unknown, limits: RequestLimits): Omit<Top
   }
   if (content === undefined) throw refusal(`channel._payload needs a backport-payload-content extension (${payloadContents.join(', ')}): how much of each event a notification carries`);
   const extensions = onChannel.data?.extension ?? [];
-  const seconds = (url: string, name: string) => {
+  const seconds = (url: string, name: string, least: number) => {
     const value = single(extensions, url, 'valueUnsignedInt');
-    if (value !== undefined && (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 2_147_483_647)) throw refusal(`channel's ${name} must be a whole number of seconds, at least 1`);
+    if (value !== undefined && (!Number.isInteger(value) || (value as number) < least || (value as number) > 2_147_483_647)) {
+      throw refusal(`channel's ${name} must be a whole number of seconds, at least ${least}`);
+    }
     return value as number | undefined;
   };
-  const heartbeatPeriodSeconds = seconds(backport.heartbeatPeriod, 'backport-heartbeat-period');
-  const timeoutSeconds = seconds(backport.timeout, 'backport-timeout');
+  const heartbeatPeriodSeconds = seconds(backport.heartbeatPeriod, 'backport-heartbeat-period', minHeartbeatPeriodSeconds);
+  const timeoutSeconds = seconds(backport.timeout, 'backport-timeout', 1);
   const budgetSeconds = Math.floor(limits.responseTimeoutMs / 1000);
   if (timeoutSeconds !== undefined && timeoutSeconds > budgetSeconds) {
     throw refusal(`channel's backport-timeout is ${timeoutSeconds} seconds; this service waits at most ${budgetSeconds} seconds for a subscriber's answer`);

@@ -7,6 +7,7 @@ import { splitQuery } from '../search/query.ts';
 import { payloadContents, type PayloadContent } from '../topics/backport.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
+import { numberMissedEvents } from '../dispatch/events/log.ts';
 import { refusal } from './requests.ts';
 import { isUuid, visibleTo, type Caller, type SubscriptionContext } from './store.ts';
 
@@ -50,6 +51,14 @@ function subjectOf(context: SubscriptionContext, row: TopicSubscription, payload
   return { serviceBase: `${context.baseUrl}/fhir/resources`, subscriptionId: row.id, topicUrl: row.topic_url, payloadContent, status: row.status };
 }
 
+/**
+ * A subscription that left `active` has its missed events numbered first
+ * (numberMissedEvents): what it answers counts them, and $events serves them.
+ */
+async function withMissedEventsNumbered(db: Db, row: TopicSubscription): Promise<TopicSubscription> {
+  return row.status === 'active' ? row : { ...row, last_event_number: String(await numberMissedEvents(db, row.id)) };
+}
+
 async function findTopicSubscription(db: Db, caller: Caller, id: string): Promise<TopicSubscription> {
   const row = isUuid(id) ? await topicSubscriptions(db, caller).where('s.id', '=', id).executeTakeFirst() : undefined;
   if (row !== undefined) return row;
@@ -90,7 +99,8 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
             .limit(maxStatuses + 1)
             .execute();
   }
-  const shown = rows.slice(0, maxStatuses);
+  const shown: TopicSubscription[] = [];
+  for (const row of rows.slice(0, maxStatuses)) shown.push(await withMissedEventsNumbered(db, row));
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -116,7 +126,7 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
  * OperationOutcome entry at the end.
  */
 export async function subscriptionEvents(db: Db, context: SubscriptionContext, caller: Caller, id: string, rawQuery: string): Promise<FhirResource> {
-  const row = await findTopicSubscription(db, caller, id);
+  const row = await withMissedEventsNumbered(db, await findTopicSubscription(db, caller, id));
   const last = Number(row.last_event_number);
   let since: number | undefined;
   let until: number | undefined;

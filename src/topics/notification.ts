@@ -88,12 +88,17 @@ export function statusParameters(
 /**
  * A notification: a history Bundle whose first entry is the status, as the
  * answer to GET {subscription}/$status, then, unless the content is `empty`,
- * one entry per event's focus and per additional resource, each with its
- * fullUrl, the request that made it and the answer (the resource itself only
- * with `full-resource`, and never for a deletion).
+ * one entry per event's focus (two events of one resource are two entries:
+ * two versions) and one per additional resource, each with its fullUrl, the
+ * request that made it and the answer (the resource itself only with
+ * `full-resource`, and never for a deletion).
  */
 export function notificationBundle(status: FhirResource, subject: StatusSubject, events: TopicEvent[]): FhirResource {
-  const entries = subject.payloadContent === 'empty' ? [] : uniqueEntries(events.flatMap((event) => eventEntries(event, subject)));
+  const foci = events.map((event) => focusEntry(event, subject));
+  // A resource that is a focus, or another event's context too, is shown once.
+  const shown = new Set(foci.map((entry) => entry.fullUrl));
+  const context = events.flatMap((event) => contextEntries(event, subject)).filter((entry) => !shown.has(entry.fullUrl) && shown.add(entry.fullUrl));
+  const entries = subject.payloadContent === 'empty' ? [] : [...foci, ...context];
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -113,28 +118,24 @@ export function notificationBundle(status: FhirResource, subject: StatusSubject,
 
 type Entry = { fullUrl: string; resource?: FhirResource; request: { method: string; url: string }; response: { status: string; etag?: string } };
 
-function eventEntries(event: TopicEvent, subject: StatusSubject): Entry[] {
+function focusEntry(event: TopicEvent, subject: StatusSubject): Entry {
   const path = `${event.resourceType}/${event.resourceId}`;
   const [method, url, status] = event.deleted ? ['DELETE', path, '204'] : event.versionId === 1 ? ['POST', event.resourceType, '201'] : ['PUT', path, '200'];
-  const focus: Entry = {
+  return {
     fullUrl: resourceUrl(subject, event.resourceType, event.resourceId),
     ...(subject.payloadContent === 'full-resource' && event.resource !== undefined && !event.deleted ? { resource: event.resource } : {}),
     request: { method, url },
     response: { status, ...(event.deleted ? {} : { etag: `W/"${event.versionId}"` }) },
   };
-  const context = (event.additionalContext ?? []).map((item) => ({
+}
+
+function contextEntries(event: TopicEvent, subject: StatusSubject): Entry[] {
+  return (event.additionalContext ?? []).map((item) => ({
     fullUrl: resourceUrl(subject, item.resourceType, item.id!),
     resource: item,
     request: { method: 'GET', url: `${item.resourceType}/${item.id!}` },
     response: { status: '200' },
   }));
-  return [focus, ...context];
-}
-
-/** One entry per resource: a resource that is an event's focus and another's context is shown once (the first). */
-function uniqueEntries(entries: Entry[]): Entry[] {
-  const seen = new Set<string>();
-  return entries.filter((entry) => !seen.has(entry.fullUrl) && seen.add(entry.fullUrl));
 }
 
 /** An event of the log with the version it names, as fhir.resource_history holds it. */

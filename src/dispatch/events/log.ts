@@ -102,9 +102,21 @@ export async function recordEvents(db: Db, subscriptionId: string, events: (Vers
 }
 
 /**
+ * Numbers the events a topic-based subscription missed (in error, or
+ * abandoned unsent), after the last number given, unless a sender holds it
+ * (db/functions/webhook.number_missed_events.sql); returns the last number
+ * given: its count of events.
+ */
+export async function numberMissedEvents(db: Db, subscriptionId: string): Promise<number> {
+  const { rows } = await sql<{ last: string }>`SELECT webhook.number_missed_events(${subscriptionId}) AS last`.execute(db);
+  return Number(rows[0]?.last ?? 0);
+}
+
+/**
  * The event that reactivated a topic-based subscription: the trigger recorded
- * it numbered and abandoned while the subscription was in error; it is
- * pending again, its number kept, and the senders are woken. Recorded anew
+ * it abandoned while the subscription was in error (numbered since, by
+ * numberMissedEvents); it is pending again, its number kept, and the senders
+ * are woken. Recorded anew
  * when the log no longer holds it.
  */
 export async function reopenMissedEvent(db: Db, subscriptionId: string, event: VersionEvent): Promise<void> {

@@ -61,6 +61,11 @@ export function startEventSender(context: DispatchContext, { connectionString, c
     beating = true;
     try {
       for (const due of await claimHeartbeats(context.db, id, free)) {
+        // Stopped meanwhile: released unsent (the next period's heartbeat goes from another process, or after the restart).
+        if (stopping) {
+          await settleClaim(context.db, { senderId: id, subscriptionId: due.subscriptionId }, [], [], { resetFailureCount: false });
+          continue;
+        }
         const heartbeat = targets
           .get(context, due)
           .then((target) => sendHeartbeat(context, id, due, target, shutdown.signal))

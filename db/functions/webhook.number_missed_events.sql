@@ -1,0 +1,47 @@
+-- Numbers the events a topic-based subscription missed, in log order, after
+-- the last number given: those recorded while it was in error (the topic
+-- trigger records them abandoned, without a number and without a lock, so
+-- that a subscriber that is down never holds up the writers) and those
+-- abandoned unsent when it left `active`. The Backport IG's count of events
+-- goes on while a subscription is in error; its subscriber sees the gap and
+-- $events serves them. Called when the numbers are needed: before the
+-- reactivation handshake, and by $status and $events. Returns the last
+-- number given.
+--
+-- Under the lock of the subscription's stream row, taken first in a
+-- statement of its own, so that the numbering reads what is committed once
+-- it holds it. Not while a sender holds the subscription's claim: the
+-- sender numbers what it claims (webhook.prepare_claimed_events), and the
+-- missed events are numbered on a later call.
+
+CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid) RETURNS bigint
+  LANGUAGE plpgsql
+  AS $$
+DECLARE
+  claimed boolean;
+BEGIN
+  SELECT stream.claimed_by IS NOT NULL INTO claimed
+  FROM webhook.subscription_streams stream
+  WHERE stream.subscription_id = subscription
+  FOR UPDATE;
+  IF claimed IS NOT DISTINCT FROM false THEN
+    WITH missed AS (
+      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+      FROM webhook.subscription_events e
+      JOIN webhook.subscriptions s ON s.id = e.subscription_id
+      WHERE e.subscription_id = subscription AND s.topic_id IS NOT NULL
+        AND e.status = 'abandoned' AND e.event_number IS NULL
+    ), advanced AS (
+      UPDATE webhook.subscription_streams stream
+      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM missed)
+      WHERE stream.subscription_id = subscription AND EXISTS (SELECT FROM missed)
+      RETURNING stream.last_event_number - (SELECT max(total) FROM missed) AS numbered_before
+    )
+    UPDATE webhook.subscription_events e
+    SET event_number = advanced.numbered_before + missed.n
+    FROM missed, advanced
+    WHERE e.id = missed.id AND e.event_number IS NULL;
+  END IF;
+  RETURN (SELECT last_event_number FROM webhook.subscription_streams WHERE subscription_id = subscription);
+END
+$$;
