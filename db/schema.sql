@@ -960,6 +960,28 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.resend_events(subscription uuid, event_ids bigint[])
+ RETURNS TABLE(event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RETURN QUERY
+    WITH queued AS (
+      UPDATE webhook.subscription_events e
+      SET status = 'pending', settled_at = NULL, not_before = NULL, attempts = 0
+      FROM webhook.subscriptions s
+      WHERE s.id = e.subscription_id AND s.status = 'active'
+        AND e.subscription_id = subscription AND e.id = ANY (event_ids)
+        AND e.status IN ('delivered', 'failed', 'abandoned')
+      RETURNING e.id, e.event_number, e.resource_type, e.resource_id, e.version_id
+    )
+    SELECT * FROM queued ORDER BY queued.id;
+  IF FOUND THEN
+    PERFORM pg_notify('webhook_subscription_events', '');
+  END IF;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.stamp_subscription_version()
  RETURNS trigger
  LANGUAGE plpgsql

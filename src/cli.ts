@@ -4,7 +4,7 @@ import { constants } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Presets, SingleBar } from 'cli-progress';
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, type ApiKeyScope } from './auth/api-keys.ts';
@@ -12,9 +12,11 @@ import { ConfigError, loadConfig, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
+import { FhirError } from './fhir/outcome.ts';
 import { loadNdjson, type LoadProgress } from './loading/ndjson.ts';
 import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type Attempt } from './operations/delivery-overview.ts';
 import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
+import { resendEvents, type ResendSelection } from './subscriptions/resend.ts';
 import { TopicRefused } from './topics/definition.ts';
 import { addTopics, canonicalOf, listTopics, retireTopic } from './topics/store.ts';
 
@@ -209,13 +211,20 @@ function commandLine(): Command {
       }),
     );
 
-  program
-    .command('deliveries')
-    .description('calls to subscribers')
+  const deliveries = program.command('deliveries').description('calls to subscribers');
+  deliveries
     .command('tail')
     .description('print the calls to subscribers as they are recorded, until Ctrl-C')
     .option('--subscription <id>', "only this subscription's calls")
     .action((options: { subscription?: string }) => withDatabase((database) => tailDeliveries(database.db, options.subscription)));
+  deliveries
+    .command('resend')
+    .description('send recorded events of an active subscription again (same event number, version and webhook-id): one event, or every event failed for good since an instant')
+    .argument('<subscription-id>', "the subscription's id")
+    .addOption(new Option('--event <number>', 'the event with this number (subscriptions show lists them)').conflicts(['attempt', 'failedSince']))
+    .addOption(new Option('--attempt <id>', 'the event of this recorded call (webhook.delivery_attempts.id)').conflicts(['failedSince']))
+    .option('--failed-since <instant>', 'every event that failed for good since this instant (ISO 8601, e.g. 2026-11-25T09:00:00Z)')
+    .action((id: string, options: { event?: string; attempt?: string; failedSince?: string }) => withDatabase((database) => resend(database.db, id, options)));
 
   program
     .command('psql')
@@ -226,6 +235,34 @@ function commandLine(): Command {
     .action((args: string[]) => psql(args));
 
   return program;
+}
+
+/** `deliveries resend`: queues the events asked for, and prints what was queued and what was not, and why. */
+async function resend(db: Db, subscriptionId: string, options: { event?: string; attempt?: string; failedSince?: string }): Promise<void> {
+  let selection: ResendSelection;
+  if (options.event !== undefined) {
+    if (!/^[1-9]\d{0,14}$/.test(options.event)) throw new CommandError(`--event takes an event number, not '${options.event}'.`, 2);
+    selection = { eventNumber: Number(options.event) };
+  } else if (options.attempt !== undefined) {
+    selection = { attemptId: options.attempt };
+  } else if (options.failedSince !== undefined) {
+    const since = new Date(options.failedSince);
+    if (Number.isNaN(since.getTime())) throw new CommandError(`--failed-since takes an instant such as 2026-11-25T09:00:00Z, not '${options.failedSince}'.`, 2);
+    selection = { failedSince: since };
+  } else {
+    throw new CommandError('Say which events: --event <number>, --attempt <id> or --failed-since <instant>.', 2);
+  }
+  let outcome;
+  try {
+    outcome = await resendEvents(db, subscriptionId, selection);
+  } catch (error) {
+    if (error instanceof FhirError) throw new CommandError(`Not resent: ${error.message}.`);
+    throw error;
+  }
+  const line = (event: { eventNumber: number | null; resource: string }) => `${event.eventNumber === null ? '' : `event ${event.eventNumber} `}${event.resource}`;
+  for (const event of outcome.queued) console.log(`Queued ${line(event)}`);
+  for (const event of outcome.skipped) console.log(`Skipped ${line(event)}: ${event.reason}`);
+  if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log('Nothing to resend: no event failed for good since then.');
 }
 
 /** The SubscriptionTopics of a JSON file (one, or a Bundle's entries), each with where it came from for a refusal. */
