@@ -115,4 +115,30 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     console.log(`console screenshot: ${screenshot}`);
     await page.close();
   });
+
+  it('resends the event of a call on a click, and says why when it cannot', { timeout: 60_000 }, async () => {
+    const writer = (await createApiKey(t.database.db, 'console writer', ['read', 'write', 'admin'])).key;
+    const { page, errors } = await openConsole();
+    await page.fill('#key', writer);
+    await page.click('button[type=submit]');
+    // A delivered event of the healthy subscription, sent again: a second delivered call of the same version.
+    const written = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Shown' }] })).json<{ id: string }>();
+    await page.locator('#subscriptions tbody tr', { hasText: 'Patient?family=Shown' }).click();
+    const calls = page.locator('#attempts tbody tr', { hasText: `Patient/${written.id}/_history/1` });
+    await expect.poll(() => calls.count(), { timeout: 15_000 }).toBe(1);
+    await calls.locator('button.resend').click();
+    await expect.poll(() => page.textContent('#resend-result')).toBe(`Queued Patient/${written.id}/_history/1`);
+    await expect.poll(() => calls.count(), { timeout: 15_000 }).toBe(2);
+    expect(await calls.nth(0).locator('.status').textContent()).toBe('delivered');
+
+    // The failing subscription is in error: refused, with the reason.
+    await page.locator('#subscriptions tbody tr', { hasText: 'Patient?family=Failing' }).click();
+    const failed = page.locator('#attempts tbody tr', { hasText: 'notification' });
+    await expect.poll(() => failed.count()).toBe(1);
+    await failed.locator('button.resend').click();
+    await expect.poll(() => page.textContent('#resend-result')).toBe(`Not resent: Subscription/${scene.failing} is error: only an active subscription is sent to (one in error is reactivated by its next event; resend then)`);
+    // The browser logs the refused request itself; the page's script threw nothing.
+    expect(errors.filter((error) => !error.includes('status of 400'))).toEqual([]);
+    await page.close();
+  });
 });

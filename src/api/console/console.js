@@ -1,4 +1,5 @@
-// The delivery console: read-only, refreshed every second, one refresh at a time. The API key stays in this tab's
+// The delivery console: refreshed every second, one refresh at a time; it changes nothing but on a
+// Resend button (the API's $resend, which needs the write scope). The API key stays in this tab's
 // sessionStorage and goes in the x-api-key header of the console's JSON requests; every text
 // from the server is set as textContent, never as HTML.
 const refreshMs = 1000;
@@ -75,6 +76,7 @@ function renderDetail({ subscription, attempts, queued }) {
         cell(`${attempt.durationMs} ms`),
         badge(attempt.outcome, 'outcome'),
         cell(attempt.error),
+        attempt.kind === 'notification' ? resendCell(subscription.id, attempt.id) : cell(''),
       );
       return row;
     }),
@@ -88,6 +90,36 @@ function renderDetail({ subscription, attempts, queued }) {
       return row;
     }),
   );
+}
+
+/** A button that sends the event of this call again (POST …/Subscription/{id}/$resend), and says what became of it. */
+function resendCell(subscriptionId, attemptId) {
+  const td = document.createElement('td');
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'resend';
+  button.textContent = 'Resend';
+  button.addEventListener('click', async () => {
+    const result = $('#resend-result');
+    result.textContent = 'Resending…';
+    try {
+      const response = await fetch(`/fhir/resources/Subscription/${encodeURIComponent(subscriptionId)}/$resend`, {
+        method: 'POST',
+        headers: { 'x-api-key': sessionStorage.getItem(keyItem) ?? '', 'content-type': 'application/fhir+json' },
+        body: JSON.stringify({ resourceType: 'Parameters', parameter: [{ name: 'attempt', valueString: attemptId }] }),
+      });
+      const body = await response.json();
+      if (!response.ok) throw new Refused(response.status, body.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
+      const resources = body.parameter.filter((parameter) => parameter.name === 'queued').map((parameter) => parameter.part.at(-1).valueReference.reference);
+      result.textContent = `Queued ${resources.join(', ')}`;
+    } catch (error) {
+      // The subscription endpoints' refusal format (the spec's) around the reason.
+      result.textContent = `Not resent: ${error.message.replace(/^ValidationError: \['(.*)'\]$/s, '$1')}`;
+    }
+    void refreshNow();
+  });
+  td.append(button);
+  return td;
 }
 
 async function refresh() {
