@@ -130,11 +130,13 @@ CREATE TABLE webhook.subscription_streams (
   last_event_number bigint DEFAULT 0 NOT NULL,
   claimed_by text,
   claimed_at timestamp with time zone,
+  next_call_at timestamp with time zone,
   CONSTRAINT subscription_streams_claimed_by_fkey FOREIGN KEY (claimed_by) REFERENCES webhook.worker_pools(pool_id) ON DELETE SET NULL,
   CONSTRAINT subscription_streams_last_event_number_check CHECK ((last_event_number >= 0)),
   CONSTRAINT subscription_streams_pkey PRIMARY KEY (subscription_id),
   CONSTRAINT subscription_streams_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
 );
+COMMENT ON COLUMN webhook.subscription_streams.next_call_at IS 'For a throttled subscription: the earliest its next call may start, left by the sender that sent the last one.';
 COMMENT ON TABLE webhook.subscription_streams IS 'Per subscription: the number of its last numbered event, and the worker process sending its events now (claimed_by; NULL when none).';
 
 CREATE TABLE webhook.subscription_topics (
@@ -191,6 +193,7 @@ END) > 0), false)) STORED NOT NULL,
   heartbeat_period_seconds integer,
   timeout_seconds integer,
   max_count integer,
+  max_calls_per_second numeric,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
@@ -198,6 +201,7 @@ END) > 0), false)) STORED NOT NULL,
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
   CONSTRAINT subscriptions_heartbeat_period_positive CHECK ((heartbeat_period_seconds > 0)),
   CONSTRAINT subscriptions_identifier_key UNIQUE (identifier),
+  CONSTRAINT subscriptions_max_calls_per_second_positive CHECK ((max_calls_per_second > (0)::numeric)),
   CONSTRAINT subscriptions_max_count_positive CHECK ((max_count > 0)),
   CONSTRAINT subscriptions_on_a_type_or_a_topic CHECK (((topic_id IS NULL) = (resource_type IS NOT NULL))),
   CONSTRAINT subscriptions_payload_content_known CHECK ((payload_content = ANY (ARRAY['empty'::text, 'id-only'::text, 'full-resource'::text]))),
@@ -216,6 +220,7 @@ COMMENT ON COLUMN webhook.subscriptions.endpoint_encrypted IS 'The whole endpoin
 COMMENT ON COLUMN webhook.subscriptions.topic_id IS 'The topic of a topic-based subscription (webhook.subscription_topics); NULL for a classic one, which has a resource_type instead.';
 COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS 'A topic-based subscription''s filters as sent (backport-filter-criteria), sorted; NULL for a classic subscription.';
 COMMENT ON COLUMN webhook.subscriptions.payload_content IS 'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
+COMMENT ON COLUMN webhook.subscriptions.max_calls_per_second IS 'At most this many calls a second to the subscriber (NULL: DELIVERY_MAX_CALLS_PER_SECOND, or no limit).';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,

@@ -42,6 +42,7 @@ const environmentSchema = z.object({
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
   DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
+  DELIVERY_MAX_CALLS_PER_SECOND: z.coerce.number().positive().max(100_000).optional(),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
@@ -83,6 +84,8 @@ export type Config = Readonly<{
     /** Jobs in flight per worker process. */
     concurrency: number;
     parallelCalls: number;
+    /** Calls a second to one subscriber at most, unless its subscription says; undefined: no limit. */
+    maxCallsPerSecond: number | undefined;
     /** Turns the SSRF guard off (development only). */
     allowPrivateNetworks: boolean;
     /** Also sign with the Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature). */
@@ -132,6 +135,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,
       concurrency: env.WORKER_CONCURRENCY,
       parallelCalls: env.DELIVERY_PARALLEL_CALLS,
+      maxCallsPerSecond: env.DELIVERY_MAX_CALLS_PER_SECOND,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,

@@ -79,6 +79,8 @@ export interface SubscriptionsTable {
   heartbeat_period_seconds: number | null;
   timeout_seconds: number | null;
   max_count: number | null;
+  /** Calls a second at most (migration 0021); numeric, read as text. */
+  max_calls_per_second: ColumnType<string | null, number | null, number | null>;
 }
 
 /** What a call to a subscriber was (webhook.delivery_attempts.kind). */
@@ -134,6 +136,7 @@ export interface SubscriptionEventsTable {
 export interface SubscriptionStreamsTable {
   subscription_id: string;
   last_event_number: ColumnType<string, never, never>;
+  next_call_at: Date | null;
   claimed_by: string | null;
   claimed_at: Date | null;
 }

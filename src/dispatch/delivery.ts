@@ -51,6 +51,8 @@ export type Target = {
   contactEmails: string[];
   /** What a topic-based subscription's notifications are made of; undefined for a classic one. */
   topic: TopicTarget | undefined;
+  /** Calls a second at most: the subscription's own limit, else DELIVERY_MAX_CALLS_PER_SECOND; undefined: none. */
+  maxCallsPerSecond: number | undefined;
 };
 
 export type TopicTarget = {
@@ -68,7 +70,7 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
     .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
@@ -81,6 +83,7 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     secret: context.box.open(row.signing_secret_encrypted),
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
+    maxCallsPerSecond: row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
     topic:
       row.payload_content === null || row.topic_url === null
         ? undefined

@@ -40,13 +40,29 @@ type Channel = {
   /** The value of the `secret` header, when the client sent one. */
   clientSecret: string | undefined;
   contactEmails: string[];
+  /** The subscription's own limit of calls a second (the max-calls-per-second extension on channel). */
+  maxCallsPerSecond: number | undefined;
 };
 
 /** What a request is checked against besides itself. */
 export type RequestLimits = {
   /** How long the service waits for a subscriber's answer (DELIVERY_RESPONSE_TIMEOUT_MS): a backport-timeout may not exceed it. */
   responseTimeoutMs: number;
+  /** Public base URL, without a trailing slash: the service's own extensions are named under it. */
+  baseUrl: string;
 };
+
+/**
+ * The service's extension on channel that limits the calls a second to the
+ * subscriber (valueDecimal), named under the service's base as its
+ * identifier tag system is.
+ */
+export function maxCallsPerSecondExtension(baseUrl: string): string {
+  return `${baseUrl}/fhir/resources/StructureDefinition/max-calls-per-second`;
+}
+
+/** The highest limit one may ask for: beyond it, a limit means nothing. */
+const maxMaxCallsPerSecond = 10_000;
 
 export function refusal(message: string): FhirError {
   return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
@@ -187,6 +203,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
     headers,
     clientSecret: secrets[0]?.[2],
     contactEmails: contacts.map((item) => item.value),
+    maxCallsPerSecond: parseMaxCallsPerSecond(resource.channel, limits.baseUrl),
   };
   if (onTopic) return { ...common, kind: 'topic', filterCriteria: filterCriteria!, ...parseBackportChannel(resource.channel, limits) };
 
@@ -265,6 +282,17 @@ function parseBackportChannel(channel: unknown, limits: RequestLimits): Omit<Top
   const maxCount = single(extensions, backport.maxCount, 'valuePositiveInt');
   if (maxCount !== undefined && (!Number.isInteger(maxCount) || (maxCount as number) < 1 || (maxCount as number) > 2_147_483_647)) throw refusal("channel's backport-max-count must be a positive whole number");
   return { payloadContent: content as PayloadContent, heartbeatPeriodSeconds, timeoutSeconds, maxCount: maxCount as number | undefined };
+}
+
+/** The max-calls-per-second extension on channel, if given: a decimal above 0, at most 10,000. */
+function parseMaxCallsPerSecond(channel: unknown, baseUrl: string): number | undefined {
+  const onChannel = extensionList('channel').safeParse({ extension: (channel as { extension?: unknown }).extension });
+  if (!onChannel.success) throw refusal(onChannel.error.issues[0]!.message);
+  const value = single(onChannel.data?.extension ?? [], maxCallsPerSecondExtension(baseUrl), 'valueDecimal');
+  if (value !== undefined && (typeof value !== 'number' || !(value > 0) || value > maxMaxCallsPerSecond)) {
+    throw refusal(`channel's max-calls-per-second must be a valueDecimal above 0, at most ${maxMaxCallsPerSecond.toLocaleString('en')}`);
+  }
+  return value;
 }
 
 /** The value of the one extension with `url` (refused when given twice or without a value of its type). */

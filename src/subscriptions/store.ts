@@ -6,7 +6,7 @@ import { enqueueJob } from '../dispatch/tasks/jobs.ts';
 import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
-import { parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
+import { maxCallsPerSecondExtension, parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
 import type { SecretBox } from './secrets.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
@@ -131,6 +131,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       secret_is_generated: request.clientSecret === undefined,
       reason: request.reason,
       contact_emails: request.contactEmails,
+      max_calls_per_second: request.maxCallsPerSecond ?? null,
       error: null,
       ended_at: null,
       created_by_api_key: caller.apiKeyId,
@@ -247,7 +248,10 @@ function selectRows(db: Db) {
 function render(row: Row, context: SubscriptionContext, reason: 'stored' | { echoReason: string }): FhirResource {
   const headers = JSON.parse(context.box.open(row.headers_encrypted)) as string[];
   const onTopic = row.payload_content !== null;
-  const channelExtensions = backportChannelExtensions(row);
+  const channelExtensions = [
+    ...(row.max_calls_per_second === null ? [] : [{ url: maxCallsPerSecondExtension(context.baseUrl), valueDecimal: Number(row.max_calls_per_second) }]),
+    ...backportChannelExtensions(row),
+  ];
   return {
     resourceType: 'Subscription',
     id: row.id,

@@ -146,7 +146,7 @@ export type AttemptRow = Omit<DeliveryAttemptsTable, 'id'>;
 /**
  * Records a claim's calls and its events' outcomes, and releases the claim
  * unless `keepClaim` (a sender going on with the subscription's next
- * events), in one statement (in the caller's transaction when it has state
+ * events), leaving `nextCallAt` for a throttled subscription's next sender, in one statement (in the caller's transaction when it has state
  * changes to make with them); with `resetFailureCount`, a delivery ends the
  * subscription's run of refusals too. An event abandoned meanwhile (its
  * subscription left `active`) stays so unless it was delivered or failed.
@@ -156,7 +156,7 @@ export async function settleClaim(
   { senderId, subscriptionId }: { senderId: string; subscriptionId: string },
   outcomes: EventOutcome[],
   attempts: AttemptRow[],
-  { resetFailureCount, keepClaim = false }: { resetFailureCount: boolean; keepClaim?: boolean },
+  { resetFailureCount, keepClaim = false, nextCallAt }: { resetFailureCount: boolean; keepClaim?: boolean; nextCallAt?: Date },
 ): Promise<void> {
   await sql`
     WITH reset AS (
@@ -176,8 +176,18 @@ export async function settleClaim(
         AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
       WHERE event.id = outcome.id AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
     )
-    UPDATE webhook.subscription_streams SET claimed_by = NULL, claimed_at = NULL
-    WHERE NOT ${keepClaim} AND subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
+    UPDATE webhook.subscription_streams
+    SET claimed_by = CASE WHEN ${keepClaim} THEN claimed_by END,
+        claimed_at = CASE WHEN ${keepClaim} THEN claimed_at END,
+        next_call_at = coalesce(${nextCallAt ?? null}::timestamptz, next_call_at)
+    WHERE (NOT ${keepClaim} OR ${nextCallAt ?? null}::timestamptz IS NOT NULL)
+      AND subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
+}
+
+/** When a throttled subscription's next call may start, as the sender before left it (webhook.subscription_streams.next_call_at). */
+export async function nextCallAt(db: Db, subscriptionId: string): Promise<Date | null> {
+  const row = await db.selectFrom('webhook.subscription_streams').select('next_call_at').where('subscription_id', '=', subscriptionId).executeTakeFirst();
+  return row?.next_call_at ?? null;
 }
 
 /**

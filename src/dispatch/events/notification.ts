@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Db } from '../../db/database.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import { FhirError } from '../../fhir/outcome.ts';
@@ -20,7 +21,7 @@ import {
 } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
-import { maxEventsPerClaim, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
+import { maxEventsPerClaim, nextCallAt, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
 
 /**
  * Batches of one subscription a sender sends without releasing it
@@ -64,19 +65,20 @@ export async function deliverClaim(
 ): Promise<void> {
   let batch: Batch = { events: claim.events, versions };
   let recorded = Promise.resolve();
+  const pacer = target.maxCallsPerSecond === undefined ? undefined : await Pacer.resume(context.db, target.id, target.maxCallsPerSecond);
   try {
     for (let round = 1; ; round += 1) {
       // A full batch may have more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
       const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
       following?.catch(() => undefined);
       const bodies = await notificationBodies(context, target, batch.events, batch.versions);
-      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), signal);
+      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), pacer, signal);
       const verdict = judge(context, target, batch.events, results);
       const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
       const goingOn = next !== undefined && next.events.length > 0;
       // Batches are recorded in order: the release comes after every batch before it.
       await recorded;
-      recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn });
+      recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn, nextCallAt: pacer?.nextCallAt });
       observeLatencies(context, bodies, results);
       if (!goingOn) return await recorded;
       // Awaited before the next batch is recorded; a failure then fails the claim.
@@ -103,6 +105,46 @@ function observeLatencies(context: DispatchContext, bodies: (NotificationBody | 
   }
 }
 
+/**
+ * Spaces a throttled subscription's calls 1/rate apart, across the lanes and
+ * batches of one claim, from where the sender before it left off
+ * (webhook.subscription_streams.next_call_at): the limit holds whichever
+ * worker process sends. A subscription idle for a while gets its next call
+ * at once, then the spacing again.
+ */
+class Pacer {
+  private next: number;
+  private readonly intervalMs: number;
+  private constructor(intervalMs: number, startAt: number) {
+    this.intervalMs = intervalMs;
+    this.next = startAt;
+  }
+
+  static async resume(db: Db, subscriptionId: string, callsPerSecond: number): Promise<Pacer> {
+    const leftAt = await nextCallAt(db, subscriptionId);
+    return new Pacer(1000 / callsPerSecond, Math.max(Date.now(), leftAt?.getTime() ?? 0));
+  }
+
+  /** Waits for the next call's slot (reserved at once, so that lanes take turns); false when a shutdown cut the wait short. */
+  async slot(signal?: AbortSignal): Promise<boolean> {
+    const at = Math.max(Date.now(), this.next);
+    this.next = at + this.intervalMs;
+    const wait = at - Date.now();
+    if (wait <= 0) return true;
+    try {
+      await sleep(wait, undefined, signal === undefined ? {} : { signal });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** The earliest the call after the last one reserved may start. */
+  get nextCallAt(): Date {
+    return new Date(this.next);
+  }
+}
+
 /** What became of each event: its call's result, `gone` (its version was deleted), or `unsent`. */
 type Sent = CallResult | 'gone' | 'unsent';
 
@@ -111,7 +153,7 @@ type Sent = CallResult | 'gone' | 'unsent';
  * in the claim's order. Stops starting calls after a retryable failure, or
  * when the worker shuts down (the call cut short counts as not sent).
  */
-async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], signal?: AbortSignal): Promise<Sent[]> {
+async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], pacer: Pacer | undefined, signal?: AbortSignal): Promise<Sent[]> {
   const results: Sent[] = bodies.map(() => 'unsent');
   let next = 0;
   let stop = false;
@@ -122,6 +164,11 @@ async function send(context: DispatchContext, target: Target, bodies: unknown[],
       if (body === undefined) {
         results[index] = 'gone';
         continue;
+      }
+      // A throttled subscriber's call waits for its slot; a shutdown meanwhile leaves it unsent.
+      if (pacer !== undefined && !(await pacer.slot(signal))) {
+        stop = true;
+        return;
       }
       let result: CallResult;
       try {
@@ -206,16 +253,22 @@ function judge(context: DispatchContext, target: Target, events: ClaimedEvent[],
  * statement when nothing failed (the common path), else in one transaction
  * with the count of refusals and the deactivation, when it comes to that.
  */
-async function settle(context: DispatchContext, senderId: string, target: Target, verdict: Verdict, { keepClaim }: { keepClaim: boolean }): Promise<void> {
+async function settle(
+  context: DispatchContext,
+  senderId: string,
+  target: Target,
+  verdict: Verdict,
+  { keepClaim, nextCallAt }: { keepClaim: boolean; nextCallAt: Date | undefined },
+): Promise<void> {
   const { records, outcomes, exhausted, lastRefusal } = verdict;
   const claim = { senderId, subscriptionId: target.id };
   if (withoutFailures(verdict)) {
-    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered, keepClaim });
+    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered, keepClaim, nextCallAt });
     countCalls(context, records);
     return;
   }
   const deactivation = await context.db.transaction().execute(async (db) => {
-    await settleClaim(db, claim, outcomes, records, { resetFailureCount: false });
+    await settleClaim(db, claim, outcomes, records, { resetFailureCount: false, nextCallAt });
     const refusedInARow = await countRefusals(db, target.id, verdict);
     const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
     // The subscription goes to error: its pending events are abandoned with it (a trigger), like any later event.
