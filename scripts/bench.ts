@@ -644,6 +644,44 @@ async function backlog(url: string, receiver: BenchReceiver, events: number): Pr
 }
 
 /**
+ * A throttled subscriber beside a drain: one subscription limited to `rate`
+ * calls a second (its max_calls_per_second) gets `throttledRows` events while
+ * another, unthrottled, drains `drainRows`, written at the same time. The
+ * throttled rate as its receiver sees it, and the drain's beside it.
+ */
+async function throttled(bench: Bench, rate: number, throttledRows: number, drainRows: number): Promise<Row> {
+  const [slowPath, fastPath] = await subscribe(bench, ['Appointment?status=arrived', 'Appointment?status=fulfilled']);
+  await bench.database.pool.query(`UPDATE webhook.subscriptions SET max_calls_per_second = $1 WHERE criteria = 'Appointment?status=arrived' AND status = 'active'`, [rate]);
+  const slow: number[] = [];
+  const fast: number[] = [];
+  bench.receiver.onReceipt((receipt) => {
+    if (receipt.kind !== 'resource') return;
+    if (receipt.path === slowPath) slow.push(receipt.receivedAt);
+    if (receipt.path === fastPath) fast.push(receipt.receivedAt);
+  });
+  const write = (status: string, rows: number) =>
+    bench.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Appointment', 'id', $1 || '-' || n, 'status', $1, 'participant', jsonb_build_array())
+       FROM generate_series(1, $2::int) n`,
+      [status, rows],
+    );
+  const started = wallNow();
+  await Promise.all([write('arrived', throttledRows), write('fulfilled', drainRows)]);
+  await until(async () => slow.length >= throttledRows && fast.length >= drainRows, 60_000 + (throttledRows / rate) * 2000, 'the throttled and the drained deliveries');
+  const measured = (throttledRows - 1) / ((slow.at(-1)! - slow[0]!) / 1000);
+  const drained = drainRows / ((Math.max(...fast) - started) / 1000);
+  return {
+    row: `throttle: a subscription at ${rate}/s (${throttledRows} events) beside an unthrottled drain of ${drainRows.toLocaleString('en-US')}`,
+    figure: measured,
+    unit: 'calls/s',
+    target: `${rate}/s within 10%`,
+    met: Math.abs(measured - rate) <= rate * 0.1,
+    checks: `the throttled receiver got ${measured.toFixed(1)} calls/s; the drain beside it ${Math.round(drained).toLocaleString('en-US')} deliveries/s, done ${((Math.max(...fast) - started) / 1000).toFixed(1)} s after the writes`,
+  };
+}
+
+/**
  * What a topic's trigger costs a batch loader: a plain SQL UPDATE of 10,000
  * Encounters into finished, timed with one active subscription on the
  * example topic ("became finished": the previous version is read and both
@@ -769,6 +807,7 @@ try {
     // After the latency rows: its 20,000 settled events leave the pending-events index to vacuum.
     await measure('broad', () => broad(bench, 1_000, 20));
     await measure('isolation', () => isolation(bench));
+    await measure('throttle', () => throttled(bench, 50, 500, 5_000));
   });
   await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
   const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
