@@ -13,15 +13,24 @@ import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
 import { FhirError } from './fhir/outcome.ts';
-import { loadNdjson, type LoadProgress } from './loading/ndjson.ts';
-import { attemptsSince, findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type Attempt } from './operations/delivery-overview.ts';
-import { databaseServer, migrate, openDatabase, startService, type Roles } from './service.ts';
-import { resendEvents, type ResendSelection } from './subscriptions/resend.ts';
-import { TopicRefused } from './topics/definition.ts';
-import { addTopics, canonicalOf, listTopics, retireTopic } from './topics/store.ts';
+import type { LoadProgress } from './loading/ndjson.ts';
+import type { Attempt } from './operations/delivery-overview.ts';
+import { databaseServer, migrate, openDatabase } from './db/open.ts';
+import type { Roles } from './service.ts';
+import type { ResendSelection } from './subscriptions/resend.ts';
 
 /** The command was right but could not be done: say why, exit 1. */
 /** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
+/**
+ * Each command's own modules, loaded when it runs: a one-shot command (a
+ * load above all) starts without the code of the others, nor the API's and
+ * the dispatcher's (src/service.ts, loaded by serve).
+ */
+const loading = () => import('./loading/ndjson.ts');
+const overview = () => import('./operations/delivery-overview.ts');
+const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
+const resending = () => import('./subscriptions/resend.ts');
+
 class CommandError extends Error {
   readonly exitCode: 1 | 2;
   constructor(message: string, exitCode: 1 | 2 = 1) {
@@ -127,6 +136,7 @@ function commandLine(): Command {
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
+        const { listSubscriptions, subscribedTo } = await overview();
         const rows = (await listSubscriptions(db, options)).map((row) => [row.id, row.status, String(row.failureCount), subscribedTo(row), row.endpoint, row.error ?? '']);
         console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILURES', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
       }),
@@ -137,6 +147,7 @@ function commandLine(): Command {
     .argument('<id>', "the subscription's id")
     .action((id: string) =>
       withDatabase(async ({ db }) => {
+        const { findSubscription, queuedWork, recentAttempts } = await overview();
         const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id) : undefined;
         if (subscription === undefined) throw new CommandError(`No subscription has id '${id}' (subscriptions list shows them).`);
         console.log(
@@ -171,6 +182,7 @@ function commandLine(): Command {
     .argument('<files...>', 'JSON files')
     .action((files: string[]) =>
       withDatabase(async ({ db }) => {
+        const { addTopics, canonicalOf, TopicRefused } = await topicStore();
         const definitions = (await Promise.all(files.map(readTopicFile))).flat();
         let added;
         try {
@@ -190,6 +202,7 @@ function commandLine(): Command {
     .description('list the topics: canonical URL and version, status, the resources they trigger on, title')
     .action(() =>
       withDatabase(async ({ db }) => {
+        const { listTopics, canonicalOf } = await topicStore();
         const rows = (await listTopics(db)).map((topic) => [
           canonicalOf(topic.url, topic.version),
           topic.status,
@@ -205,6 +218,7 @@ function commandLine(): Command {
     .argument('<canonical>', 'the topic, as topics list shows it')
     .action((canonical: string) =>
       withDatabase(async ({ db }) => {
+        const { retireTopic } = await topicStore();
         const retired = await retireTopic(db, canonical);
         if (retired.length === 0) throw new CommandError(`No active topic is ${canonical} (topics list shows them).`);
         for (const topic of retired) console.log(`Retired ${topic}`);
@@ -254,6 +268,7 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   }
   let outcome;
   try {
+    const { resendEvents } = await resending();
     outcome = await resendEvents(db, subscriptionId, selection);
   } catch (error) {
     if (error instanceof FhirError) throw new CommandError(`Not resent: ${error.message}.`);
@@ -315,6 +330,7 @@ async function load(db: Db, files: string[], options: { chunkSize: number; dryRu
       console.log(`${lines} lines read (${Math.round((100 * bytesRead) / Math.max(totalBytes, 1))}%), ${loaded} ${options.dryRun ? 'valid' : 'loaded'}, ${refused} refused, ${rate} lines/s`);
     }
   };
+  const { loadNdjson } = await loading();
   const summary = await loadNdjson(db, files, { ...options, onProgress }).finally(() => bar?.stop());
   const verb = options.dryRun ? 'Checked (dry run, nothing written):' : 'Loaded';
   console.log(`${verb} ${summary.loaded} resources of ${summary.lines} lines in ${summary.seconds.toFixed(1)} s (${Math.round(summary.loaded / Math.max(summary.seconds, 0.001))} resources/s).`);
@@ -351,6 +367,7 @@ async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promi
   try {
     // The calls seen (printed, or already there at the start), by id, with their start.
     const seen = new Map<string, Date>();
+    const { attemptsSince } = await overview();
     const recent = () => attemptsSince(db, new Date(Date.now() - tailOverlapMs), subscriptionId);
     for (const call of await recent()) seen.set(call.id, call.startedAt);
     console.log(`Following the calls to ${subscriptionId === undefined ? 'every subscriber' : `subscription ${subscriptionId}`}; Ctrl-C stops.`);
@@ -402,6 +419,8 @@ for (const name of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(name, (s
 async function serve(roles: Roles): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
+  // The API and the dispatcher, loaded only by the commands that run them: a one-shot command starts without them.
+  const { startService } = await import('./service.ts');
   const service = await startService(config, logger, roles);
   if (service.address === undefined) logger.info('Workers running');
   const signal = await new Promise<NodeJS.Signals>((resolve) => (onTerminationSignal = resolve));

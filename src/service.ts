@@ -4,8 +4,9 @@ import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
 import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
 import { ConfigError, type Config } from './config/index.ts';
-import { connectDatabase, type DatabaseHandle } from './db/database.ts';
-import { applyMigrations, pendingMigrations } from './db/migrations.ts';
+import type { DatabaseHandle } from './db/database.ts';
+import { pendingMigrations } from './db/migrations.ts';
+import { openDatabase } from './db/open.ts';
 import { startWorkers } from './dispatch/worker.ts';
 import { serveMetrics } from './metrics/exposition.ts';
 import { createMetrics } from './metrics/metrics.ts';
@@ -23,62 +24,6 @@ export type Service = {
 
 /** What this process runs: `serve` both, `api` and `worker` one each. */
 export type Roles = { api: boolean; workers: boolean };
-
-/** A PostgreSQL server to connect to, and how to let go of it. */
-export type DatabaseServer = { url: string; release(): Promise<void> };
-
-/**
- * DATABASE_URL's server, or the embedded PostgreSQL when it is unset: started
- * here (or shared with the `npm start` already running it), stopped by release().
- */
-export async function databaseServer(config: Config, logger: Logger): Promise<DatabaseServer> {
-  if (config.databaseUrl !== undefined) return { url: config.databaseUrl, release: async () => undefined };
-  // Loaded only when used: production images need not ship the PostgreSQL binaries.
-  const { startEmbeddedPostgres } = await import('./db/embedded.ts');
-  const embedded = await startEmbeddedPostgres(config.embeddedDataDir, logger);
-  return { url: embedded.url, release: () => embedded.stop() };
-}
-
-/**
- * Bounds on what one API request can hold in the database: a statement (a
- * search with a costly pattern) stops after 30 s, a wait for a row lock
- * after 5 s, a transaction left idle after 60 s; the client gets a 503
- * (src/api/errors.ts) rather than a backend busy for minutes.
- */
-const apiSessionSettings = { statement_timeout: '30s', lock_timeout: '5s', idle_in_transaction_session_timeout: '60s' };
-
-/** Applies the pending migrations, on connections of their own: a migration may rightly run longer than a request may. */
-export async function migrate(url: string, logger: Logger): Promise<string[]> {
-  const migrator = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle database connection failed'), { maxConnections: 2 });
-  try {
-    return await applyMigrations(migrator.pool, (message) => logger.debug(message));
-  } finally {
-    await migrator.close();
-  }
-}
-
-/**
- * Connects to the database given by the configuration (see databaseServer)
- * and applies pending migrations when so configured. close() ends the pool,
- * then stops what it started.
- */
-export async function openDatabase(config: Config, logger: Logger): Promise<DatabaseHandle> {
-  const server = await databaseServer(config, logger);
-  const closers: Closer[] = [() => server.release()];
-  try {
-    if (config.migrateOnStart) {
-      const applied = await migrate(server.url, logger);
-      if (applied.length > 0) logger.info({ migrations: applied }, 'applied database migrations');
-    }
-    // The API's requests; the workers have their own pool (src/dispatch/worker.ts).
-    const database = connectDatabase(server.url, (error) => logger.warn({ err: error }, 'idle database connection failed'), { settings: apiSessionSettings });
-    closers.push(() => database.close());
-    return { ...database, close: () => closeAll(closers) };
-  } catch (error) {
-    await closeAll(closers);
-    throw error;
-  }
-}
 
 /** Starts the HTTP API on the configured address and the dispatcher's workers, as `roles` says. */
 export async function startService(config: Config, logger: Logger, roles: Roles = { api: true, workers: true }): Promise<Service> {

@@ -1,9 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Logger, runMigrations as runGraphileWorkerMigrations } from 'graphile-worker';
-import { runner } from 'node-pg-migrate';
-import type pg from 'pg';
+import pg from 'pg';
 
 const migrationsDir = path.resolve(import.meta.dirname, '../../db/migrations');
 const functionsDir = path.resolve(import.meta.dirname, '../../db/functions');
@@ -23,6 +21,8 @@ const schemaLock = 0x6668_6972_7765_6268n;
  * changed: all under one advisory lock. Returns what it applied.
  */
 export async function applyMigrations(pool: pg.Pool, log: (message: string) => void = () => undefined): Promise<string[]> {
+  // Loaded only when migrating: a command that finds nothing pending (pendingMigrations) does without them.
+  const [{ Logger, runMigrations: runGraphileWorkerMigrations }, { runner }] = await Promise.all([import('graphile-worker'), import('node-pg-migrate')]);
   await runGraphileWorkerMigrations({ pgPool: pool, logger: new Logger(() => (_level, message) => log(message)) });
   const client = await pool.connect();
   try {
@@ -88,14 +88,21 @@ async function applyFunctions(client: pg.PoolClient, log: (message: string) => v
  */
 export async function pendingMigrations(pool: pg.Pool): Promise<string[]> {
   const migrations = (await readdir(migrationsDir)).filter((file) => file.endsWith('.sql')).map((file) => file.slice(0, -4));
-  const tables = await pool.query<{ migrations: boolean; functions: boolean }>(
-    `SELECT to_regclass($1) IS NOT NULL AS migrations, to_regclass('webhook.applied_functions') IS NOT NULL AS functions`,
-    [migrationsTable],
-  );
-  const appliedMigrations = new Set<string>();
-  if (tables.rows[0]?.migrations) for (const { name } of (await pool.query<{ name: string }>(`SELECT name FROM ${migrationsTable}`)).rows) appliedMigrations.add(name);
-  const appliedFunctions = new Map<string, string>();
-  if (tables.rows[0]?.functions) for (const { file, sha256 } of (await pool.query<{ file: string; sha256: string }>('SELECT file, sha256 FROM webhook.applied_functions')).rows) appliedFunctions.set(file, sha256);
+  // One query: what a command pays to learn that nothing is pending. A database without the tables has applied nothing.
+  const applied = await pool
+    .query<{ migrations: string[]; functions: Record<string, string> }>(
+      `SELECT (SELECT coalesce(array_agg(name), '{}') FROM ${migrationsTable}) AS migrations,
+              (SELECT coalesce(json_object_agg(file, sha256), '{}') FROM webhook.applied_functions) AS functions`,
+    )
+    .then(
+      ({ rows }) => rows[0]!,
+      (error: unknown) => {
+        if (error instanceof pg.DatabaseError && error.code === '42P01') return { migrations: [], functions: {} };
+        throw error;
+      },
+    );
+  const appliedMigrations = new Set(applied.migrations);
+  const appliedFunctions = new Map(Object.entries(applied.functions));
   const changedFunctions = (await functionFiles()).filter(({ file, sha256 }) => appliedFunctions.get(file) !== sha256);
   return [...migrations.filter((name) => !appliedMigrations.has(name)).sort(), ...changedFunctions.map(({ file }) => `functions/${file}`)];
 }
