@@ -27,7 +27,7 @@
 -- matched nothing (webhook_subscription_events: eventsChannel in
 -- src/dispatch/events/log.ts). A transaction that notified takes a
 -- database-wide lock at commit; one per matching statement is the price of
--- millisecond delivery (README, Delivery: the writer's commit cost measured
+-- millisecond delivery (docs/delivery.md: the writer's commit cost measured
 -- with and without it).
 --
 -- Without JIT: the planner's estimates for a transition table of unknown size
