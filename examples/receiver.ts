@@ -14,6 +14,7 @@ function isFromTheService(rawBody: Buffer, signatureHeader: string | undefined, 
 }
 
 const secret = process.env.SECRET ?? '';
+const hiddenHeaders = new Set(['secret', 'authorization']);
 const port = Number(process.env.RECEIVER_PORT ?? 9000);
 
 createServer((request, response) => {
@@ -23,7 +24,8 @@ createServer((request, response) => {
     const body = Buffer.concat(chunks);
     const signature = isFromTheService(body, request.headers['x-hub-signature']?.toString(), secret) ? 'signature ok' : 'signature does NOT match SECRET';
     console.log(`\n${request.method} ${request.url} (${signature})`);
-    for (const [name, value] of Object.entries(request.headers)) console.log(`${name}: ${String(value)}`);
+    // The secret header is the signing key itself, and Authorization a credential: never print or log them.
+    for (const [name, value] of Object.entries(request.headers)) console.log(`${name}: ${hiddenHeaders.has(name) ? '(not shown)' : String(value)}`);
     console.log(`\n${body.toString()}`);
     // Answer at once; a real receiver processes the event afterwards.
     response.writeHead(200).end();

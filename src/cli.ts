@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { access, readFile } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { access, readFile, stat } from 'node:fs/promises';
 import { constants } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -280,6 +281,20 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log('Nothing to resend: no event failed for good since then.');
 }
 
+/** Why a file to load cannot be read, in a user's words; undefined when it can. */
+async function unreadable(file: string): Promise<string | undefined> {
+  try {
+    if ((await stat(file)).isDirectory()) return 'it is a directory (give the files in it)';
+    await access(file, fsConstants.R_OK);
+    return undefined;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return `no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder)`;
+    if (code === 'EACCES') return 'not readable by this user';
+    return describeError(error);
+  }
+}
+
 /** The SubscriptionTopics of a JSON file (one, or a Bundle's entries), each with where it came from for a refusal. */
 async function readTopicFile(file: string): Promise<{ json: unknown; source: string }[]> {
   let text: string;
@@ -311,9 +326,8 @@ function parsePositiveInteger(value: string): number {
  */
 async function load(db: Db, files: string[], options: { chunkSize: number; dryRun: boolean }): Promise<void> {
   for (const file of files) {
-    await access(file).catch(() => {
-      throw new CommandError(`Cannot read ${file}.`);
-    });
+    const problem = await unreadable(file);
+    if (problem !== undefined) throw new CommandError(`Cannot read ${file}: ${problem}.`);
   }
   const bar = process.stderr.isTTY
     ? new SingleBar({ format: '{bar} {percentage}% | {lines} lines, {loaded} loaded, {refused} refused | {rate}/s | ETA {eta_formatted}', hideCursor: true }, Presets.shades_classic)

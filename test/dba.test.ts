@@ -69,6 +69,15 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
     ]);
   });
 
+  it("the page's psql hint for the views' comments works in this psql", () => {
+    const hint = /`(\\dv\+ webhook\.\*)` in psql lists the views/.exec(readFileSync('docs/dba.md', 'utf8'))?.[1];
+    expect(hint).toBeDefined();
+    const result = spawnSync('psql', [t.database.url, '-X', '--no-psqlrc', '-A', '-c', hint!], { encoding: 'utf8' });
+    expect(result.status, result.stderr).toBe(0);
+    expect(result.stdout).toContain('pending_work|view|');
+    expect(result.stdout).toContain('Work not done yet, per subscription');
+  });
+
   it('why a subscription went to error: its reason, then the failed call', () => {
     const output = runQuery('Why did a subscription go to error?');
     expect(output).toMatch(/^error\|HTTP 500 from http:\/\/127\.0\.0\.1:\d+\/hook; Patient\/[\w-]+ \(version 1\) was not delivered\|0\|/m);

@@ -85,6 +85,14 @@ const load = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 
 const storedCount = async () => (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources')).rows[0]!.n;
 
 describe('npm run cli -- load', () => {
+  it('says why a file cannot be read: missing (and from which folder a relative path is read), or a directory', async () => {
+    const missing = await load('missing.ndjson');
+    expect(missing.exitCode).toBe(1);
+    expect(missing.output).toContain(`Cannot read missing.ndjson: no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder).`);
+    const folder = await load('docs');
+    expect(folder.output).toContain('Cannot read docs: it is a directory (give the files in it).');
+  });
+
   it('--dry-run checks every line, reports the refused ones by number, writes nothing and exits 1', { timeout: 60_000 }, async () => {
     const run = await load('--dry-run', file);
     expect(run.exitCode).toBe(1);

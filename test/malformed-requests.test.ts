@@ -23,7 +23,18 @@ type Case = {
 const patient = JSON.stringify({ resourceType: 'Patient' });
 
 const cases: Case[] = [
-  { name: 'malformed JSON', method: 'POST', path: '/Patient', body: '{"resourceType": "Patient",', status: 400, code: 'invalid', text: /JSON/ },
+  // Said to be malformed JSON, where, and not blamed on its content type (as application/fhir+json or application/json alike).
+  { name: 'malformed JSON', method: 'POST', path: '/Patient', body: '{"resourceType": "Patient",', status: 400, code: 'invalid', text: /^The body is not valid JSON: .*JSON at position 27/ },
+  {
+    name: 'malformed JSON with its context',
+    method: 'POST',
+    path: '/Patient',
+    body: '{"resourceType": "Patient", "name": [}',
+    contentType: 'application/json',
+    status: 400,
+    code: 'invalid',
+    text: /^The body is not valid JSON: Unexpected token '\}', .*"name": \[\}/,
+  },
   { name: 'an empty body', method: 'POST', path: '/Patient', body: '', status: 400, code: 'invalid', text: /empty/i },
   { name: 'a JSON array', method: 'POST', path: '/Patient', body: '[]', status: 400, code: 'invalid', text: /body/ },
   { name: 'no resourceType', method: 'POST', path: '/Patient', body: '{"active":true}', status: 400, code: 'invalid', text: /resourceType/ },
@@ -85,6 +96,14 @@ const cases: Case[] = [
   { name: 'an unsupported method', method: 'PATCH', path: '/Patient/existing', body: patient, status: 404, code: 'not-found', text: /There is no PATCH/ },
   { name: 'a prototype-polluting body', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","__proto__":{"x":1}}', status: 400, code: 'invalid', text: /not valid JSON/ },
 ];
+
+describe('a path outside the FHIR base', () => {
+  it('is a 404 that names the base, and the path it meant', async () => {
+    const response = await t.app.inject({ method: 'GET', url: '/fhir/Patient?name=x', headers: { 'x-api-key': t.apiKey } });
+    expect(response.statusCode).toBe(404);
+    expect(response.json().issue[0].details.text).toBe('There is no GET /fhir/Patient: the FHIR base of this service is /fhir/resources (GET /fhir/resources/Patient)');
+  });
+});
 
 describe('malformed requests are answered 4xx with an OperationOutcome, never 5xx', () => {
   it.each(cases)('$name → $status', async ({ method, path, body, contentType, headers, status, code, text }) => {

@@ -58,6 +58,9 @@ describe('the README quick start', () => {
     expect(JSON.parse(created.output)).toMatchObject({ resourceType: 'Subscription', status: 'requested' });
     await receiver.waitFor(/"type":"handshake"/);
     expect(receiver.output()).toContain('POST /hooks (signature ok)');
+    // The example receiver prints the headers but not the signing key, which one of them carries.
+    expect(receiver.output()).toContain('secret: (not shown)');
+    expect(receiver.output()).not.toContain('change-me');
     // Until the handshake's answer is recorded the subscription is not active, and a write would not notify.
     await waitFor(async () => {
       const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key! } });

@@ -81,7 +81,7 @@ export async function buildApp({
     reply.header('referrer-policy', 'no-referrer');
     if (!reply.hasHeader('cache-control')) reply.header('cache-control', 'no-store');
   });
-  installErrorHandlers(app);
+  installErrorHandlers(app, fhirBasePath);
 
   await app.register(swagger, {
     openapi: {

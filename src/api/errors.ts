@@ -64,13 +64,21 @@ function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcom
   return down ? operationOutcome('transient', 'The database is unavailable: retry later') : undefined;
 }
 
-export function installErrorHandlers(app: FastifyInstance): void {
+/**
+ * The service's error answers. A route that does not exist is a 404 saying
+ * so; a FHIR path outside `fhirBasePath` (GET /fhir/Patient, say: another
+ * server's base) says where the FHIR routes are.
+ */
+export function installErrorHandlers(app: FastifyInstance, fhirBasePath: string): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const { status, outcome } = errorOutcome(error, request);
     return sendOutcome(reply, status, outcome);
   });
 
-  app.setNotFoundHandler((request, reply) =>
-    sendOutcome(reply, 404, operationOutcome('not-found', `There is no ${request.method} ${request.url.split('?')[0]}`)),
-  );
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const elsewhere = path.startsWith('/fhir/') && !path.startsWith(`${fhirBasePath}/`);
+    const hint = elsewhere ? `: the FHIR base of this service is ${fhirBasePath} (${request.method} ${fhirBasePath}${path.slice('/fhir'.length)})` : '';
+    return sendOutcome(reply, 404, operationOutcome('not-found', `There is no ${request.method} ${path}${hint}`));
+  });
 }

@@ -19,11 +19,25 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     const text = typeof body === 'string' ? body : body.toString('utf8');
     if (nestingExceeds(text, maxJsonDepth)) return done(badRequest(`The JSON body nests deeper than ${maxJsonDepth} levels`));
     // Fastify types the default parser as possibly async; it calls done either way.
-    void parseJson(request, text, done);
+    void parseJson(request, text, (error, value) => {
+      // Fastify's own words blame the content type; the body is what is wrong: say where.
+      if (error !== null && (error as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY') return done(badRequest(`The body is not valid JSON: ${jsonProblem(text)}`));
+      done(error, value);
+    });
   };
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parser);
   app.addContentTypeParser('application/fhir+json', { parseAs: 'string' }, parser);
+}
+
+/** Where JSON.parse stops on `text`, in its own words ("Expected ',' or ']' after array element in JSON at position 37 (line 1 column 38)"). */
+function jsonProblem(text: string): string {
+  try {
+    JSON.parse(text);
+    return 'it does not parse';
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
 }
 
 /** Whether brackets outside strings nest deeper than `limit`. */
