@@ -1,9 +1,13 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { sql } from 'kysely';
 import { from as copyFrom } from 'pg-copy-streams';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.ts';
+import { childEnvironment, runCommand } from './support/commands.ts';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -89,5 +93,35 @@ describe('a batch loader writing fhir.resources with plain SQL', () => {
       .catch(() => undefined);
     expect(await historyOf('Patient', 'rolled-back')).toEqual([]);
     expect((await t.fhir('GET', '/Patient/rolled-back')).statusCode).toBe(404);
+  });
+});
+
+describe("docs/loading.md's \\copy recipe", () => {
+  it('loads NDJSON lines holding escapes, quotes, tabs and non-ASCII as they are', { timeout: 60_000 }, async () => {
+    const block = /## Plain SQL[\s\S]*?```sh\n([\s\S]*?)```/.exec(readFileSync('docs/loading.md', 'utf8'))?.[1];
+    expect(block).toContain("\\copy fhir.resources (content) FROM 'appointments.ndjson'");
+    const folder = mkdtempSync(path.join(tmpdir(), 'copy-recipe-'));
+    try {
+      const resources = [
+        { resourceType: 'Patient', id: 'copy-escapes', name: [{ text: 'a "quoted" name,\nwith a line break and a back\\slash' }] },
+        { resourceType: 'Patient', id: 'copy-quotes', name: [{ family: "O'Brien", given: ['Zoë', 'Łukasz', '李'] }] },
+        { resourceType: 'Patient', id: 'copy-tab', name: [{ text: 'a\ttab inside' }] },
+      ];
+      // JSON text may also hold raw tabs between its tokens, and non-ASCII as it is.
+      const lines = [...resources.map((resource) => JSON.stringify(resource)), '{"resourceType":\t"Patient", "id": "copy-raw-tab", "active": true}'];
+      const file = path.join(folder, 'appointments.ndjson');
+      writeFileSync(file, lines.join('\n') + '\n');
+      // As written, but for the file's folder: the recipe's relative path is the project folder's.
+      const run = await runCommand('bash', ['-e', '-c', block!.replace("'appointments.ndjson'", `'${file}'`)], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+      expect(run.exitCode, run.output).toBe(0);
+      expect(run.output).toContain('COPY 4');
+      for (const resource of resources) {
+        const read = await t.fhir('GET', `/Patient/${resource.id}`);
+        expect(read.json()).toMatchObject(resource);
+      }
+      expect((await t.fhir('GET', '/Patient/copy-raw-tab')).json()).toMatchObject({ active: true });
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 });
