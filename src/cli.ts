@@ -133,13 +133,21 @@ function commandLine(): Command {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description('list the subscriptions: id, status, failures in a row, criteria (a topic with its filters and payload level), endpoint (credentials masked), error')
+    .description('list the subscriptions: id, status, failed calls since the last success, the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error')
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
         const { listSubscriptions, subscribedTo } = await overview();
-        const rows = (await listSubscriptions(db, options)).map((row) => [row.id, row.status, String(row.failureCount), subscribedTo(row), row.endpoint, row.error ?? '']);
-        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILURES', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
+        const rows = (await listSubscriptions(db, options)).map((row) => [
+          row.id,
+          row.status,
+          String(row.failedCallsSinceSuccess),
+          row.lastSuccessAt?.toISOString() ?? 'never',
+          subscribedTo(row),
+          row.endpoint,
+          row.error ?? '',
+        ]);
+        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
       }),
     );
   subscriptions
@@ -164,12 +172,12 @@ function commandLine(): Command {
                   `  events    ${subscription.topic.lastEventNumber} (the latest event's number)`,
                 ]),
             `  endpoint  ${subscription.endpoint}`,
-            `  failures  ${subscription.failureCount} in a row`,
+            `  failed    ${plural(subscription.failedCallsSinceSuccess, 'call')} since the last success (${subscription.lastSuccessAt?.toISOString() ?? 'none yet'}); ${plural(subscription.failureCount, 'event')} refused for good in a row`,
             `  created   ${subscription.createdAt.toISOString()}`,
           ].join('\n'),
         );
         const calls = await recentAttempts(db, subscription.id);
-        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'KIND', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR'], calls.map(attemptCells))}`);
+        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'KIND', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR', 'ANSWER'], calls.map(attemptCells))}`);
         const queued = await queuedWork(db, subscription.id);
         const queuedRows = queued.map((work) => [work.task, String(work.items), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
         console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['WORK', 'ITEMS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
@@ -362,7 +370,28 @@ function parseStatuses(value: string): SubscriptionStatus[] {
 }
 
 function attemptCells(call: Attempt): string[] {
-  return [call.startedAt.toISOString(), call.kind, call.resource ?? '-', String(call.attempt), call.outcome, call.httpStatus === null ? '-' : String(call.httpStatus), String(call.durationMs), call.error ?? ''];
+  return [
+    call.startedAt.toISOString(),
+    call.kind,
+    call.resource ?? '-',
+    String(call.attempt),
+    call.outcome,
+    call.httpStatus === null ? '-' : String(call.httpStatus),
+    String(call.durationMs),
+    call.error ?? '',
+    oneLine(call.responseExcerpt ?? ''),
+  ];
+}
+
+/** `1 call`, `2 calls`. */
+function plural(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? '' : 's'}`;
+}
+
+/** The subscriber's answer on one line of a table: its line breaks as spaces, at most 120 characters. */
+function oneLine(text: string): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > 120 ? `${flat.slice(0, 119)}…` : flat;
 }
 
 /**
@@ -389,8 +418,8 @@ async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promi
       for (const call of await recent()) {
         if (seen.has(call.id)) continue;
         seen.set(call.id, call.startedAt);
-        const [started, kind, resource, attempt, outcome, status, ms, error] = attemptCells(call);
-        console.log(`${started}  ${call.subscriptionId}  ${kind} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}`);
+        const [started, kind, resource, attempt, outcome, status, ms, error, answer] = attemptCells(call);
+        console.log(`${started}  ${call.subscriptionId}  ${kind} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}${call.outcome === 'delivered' || answer === '' ? '' : `  answered: ${answer}`}`);
       }
       for (const [id, startedAt] of seen) if (startedAt.getTime() < Date.now() - 2 * tailOverlapMs) seen.delete(id);
       await Promise.race([stop, sleep(500)]);

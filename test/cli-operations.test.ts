@@ -31,10 +31,11 @@ describe('subscriptions list', () => {
     const run = await cli('subscriptions', 'list');
     expect(run.exitCode).toBe(0);
     const [header, ...rows] = run.output.trimEnd().split('\n');
-    expect(header).toMatch(/^ID\s+STATUS\s+FAILURES\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
+    expect(header).toMatch(/^ID\s+STATUS\s+FAILED CALLS SINCE SUCCESS\s+LAST SUCCESS\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
     expect(rows).toHaveLength(2);
-    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
-    expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+0\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
+    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+\\S+Z\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
+    // In error after one failed call: the failures an operator means, not the refusals in a row (0 here: a 503 is not a refusal).
+    expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+1\\s+\\S+Z\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
     expect(run.output).not.toContain('query-secret');
   });
 
@@ -55,7 +56,9 @@ describe('subscriptions show', () => {
     expect(run.exitCode).toBe(0);
     expect(run.output).toMatch(new RegExp(`^Subscription ${scene.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
     expect(run.output).toContain('  criteria  Patient?family=Failing\n');
-    expect(run.output).toMatch(/Last calls \(newest first\):\nSTARTED\s+KIND\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\n\S+\s+notification\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\n\S+\s+handshake\s+-\s+1\s+delivered\s+200\s+\d+\s*\n/);
+    expect(run.output).toMatch(/\n {2}failed {4}1 call since the last success \(\S+Z\); 0 events refused for good in a row\n/);
+    // The subscriber's own answer says why.
+    expect(run.output).toMatch(/Last calls \(newest first\):\nSTARTED\s+KIND\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\s+ANSWER\n\S+\s+notification\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\s+refused with 503\n\S+\s+handshake\s+-\s+1\s+delivered\s+200\s+\d+[^\n]*\n/);
     expect(run.output).toMatch(/\nQueued:\n {2}nothing\n$/);
   });
 

@@ -81,13 +81,17 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     expect(await healthy.locator('.status').textContent()).toBe('active');
     expect(await healthy.textContent()).toContain('?token=***');
     expect(await failing.locator('.status').textContent()).toBe('error');
+    // Its id (two rows alike differ by it), and the failed call that put it in error.
+    expect(await failing.locator('td').nth(0).textContent()).toBe(scene.failing);
+    expect(await failing.locator('td').nth(4).textContent()).toBe('1');
     expect(await failing.textContent()).toMatch(/HTTP 500 from http:\/\/127\.0\.0\.1:\d+\/hook; Patient\/\S+ \(version 1\) was not delivered/);
 
     // A failing subscription: its failed call, and the handshake before it.
     await failing.click();
     const attempts = page.locator('#attempts tbody tr');
     await expect.poll(() => attempts.count()).toBe(2);
-    expect(await attempts.nth(0).textContent()).toMatch(/notification.*Patient\/\S+\/_history\/1.*500.*failed.*HTTP 500/);
+    // With the subscriber's own answer, which says why.
+    expect(await attempts.nth(0).textContent()).toMatch(/notification.*Patient\/\S+\/_history\/1.*500.*failed.*HTTP 500.*refused with 500/);
     expect(await attempts.nth(1).textContent()).toMatch(/handshake.*200.*delivered/);
 
     // A healthy one: a resource written now appears within the next refreshes.

@@ -16,7 +16,12 @@ export type SubscriptionSummary = {
   status: SubscriptionStatus;
   criteria: string;
   endpoint: string;
+  /** Consecutive events refused for good (DELIVERY_MAX_FAILURES of them deactivate): what failure_count counts. */
   failureCount: number;
+  /** Calls that failed since the last one delivered (retries included): what led to an `error`. */
+  failedCallsSinceSuccess: number;
+  /** The last call delivered, or null when none was. */
+  lastSuccessAt: Date | null;
   error: string | null;
   createdAt: Date;
   /** A topic-based subscription's filters, payload level and latest event number; null for a classic one. */
@@ -37,6 +42,14 @@ function subscriptions(db: Db, caller: Caller | undefined) {
     .selectFrom('webhook.subscriptions')
     .innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 'webhook.subscriptions.id')
     .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
+    .select([
+      sql<Date | null>`(SELECT max(a.started_at) FROM webhook.delivery_attempts a WHERE a.subscription_id = webhook.subscriptions.id AND a.outcome = 'delivered')`.as('lastSuccessAt'),
+      // On the attempts-by-subscription index, newest first, stopping at the last delivered one.
+      sql<number>`(SELECT count(*)::int FROM webhook.delivery_attempts a
+                   WHERE a.subscription_id = webhook.subscriptions.id AND a.outcome <> 'delivered'
+                     AND a.started_at > coalesce((SELECT max(d.started_at) FROM webhook.delivery_attempts d
+                                                  WHERE d.subscription_id = webhook.subscriptions.id AND d.outcome = 'delivered'), '-infinity'))`.as('failedCallsSinceSuccess'),
+    ])
     .select(
       sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
         json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as('topic'),
@@ -67,6 +80,8 @@ export type Attempt = {
   httpStatus: number | null;
   durationMs: number;
   error: string | null;
+  /** The start of the subscriber's own answer (our secrets redacted): what tells an operator why. */
+  responseExcerpt: string | null;
 };
 
 function attempts(db: Db) {
@@ -83,6 +98,7 @@ function attempts(db: Db) {
       'http_status as httpStatus',
       'duration_ms as durationMs',
       'error',
+      'response_excerpt as responseExcerpt',
     ]);
 }
 

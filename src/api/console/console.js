@@ -38,6 +38,11 @@ function badge(text, prefix) {
   return td;
 }
 
+/** An instant as the CLI prints it: ISO 8601, UTC. */
+function utc(instant) {
+  return new Date(instant).toISOString();
+}
+
 function fill(table, rows) {
   table.querySelector('tbody').replaceChildren(...rows);
 }
@@ -50,7 +55,16 @@ function renderSubscriptions(subscriptions) {
       const row = document.createElement('tr');
       row.dataset.id = subscription.id;
       row.classList.toggle('selected', subscription.id === selected);
-      row.append(badge(subscription.status, 'status'), cell(subscription.subscribedTo, 'code'), cell(subscription.endpoint, 'code'), cell(String(subscription.failureCount)), cell(subscription.error));
+      row.append(
+        cell(subscription.id, 'code'),
+        badge(subscription.status, 'status'),
+        cell(subscription.subscribedTo, 'code'),
+        cell(subscription.endpoint, 'code'),
+        cell(String(subscription.failedCallsSinceSuccess)),
+        cell(subscription.lastSuccessAt === null ? 'never' : utc(subscription.lastSuccessAt)),
+        cell(subscription.error),
+      );
+      row.title = 'Show its calls';
       row.addEventListener('click', () => {
         selected = subscription.id;
         void refreshNow();
@@ -68,7 +82,7 @@ function renderDetail({ subscription, attempts, queued }) {
     attempts.map((attempt) => {
       const row = document.createElement('tr');
       row.append(
-        cell(new Date(attempt.startedAt).toLocaleString()),
+        cell(utc(attempt.startedAt)),
         cell(attempt.kind),
         cell(attempt.resource ?? '—', 'code'),
         cell(String(attempt.attempt)),
@@ -76,6 +90,7 @@ function renderDetail({ subscription, attempts, queued }) {
         cell(`${attempt.durationMs} ms`),
         badge(attempt.outcome, 'outcome'),
         cell(attempt.error),
+        cell(attempt.responseExcerpt),
         attempt.kind === 'notification' ? resendCell(subscription.id, attempt.id) : cell(''),
       );
       return row;
@@ -85,7 +100,7 @@ function renderDetail({ subscription, attempts, queued }) {
     $('#queued'),
     queued.map((work) => {
       const row = document.createElement('tr');
-      const time = (value) => (value === null ? '—' : new Date(value).toLocaleString());
+      const time = (value) => (value === null ? '—' : utc(value));
       row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), cell(time(work.waitingSince)), cell(time(work.nextRunAt)));
       return row;
     }),
@@ -131,7 +146,7 @@ async function refresh() {
       // Another subscription was clicked meanwhile: its own refresh shows it.
       if (shown === selected) renderDetail(detail);
     }
-    $('#refreshed').textContent = `updated ${new Date().toLocaleTimeString()}`;
+    $('#refreshed').textContent = `updated ${utc(new Date())}`;
   } catch (error) {
     // The key was revoked meanwhile: ask for one again.
     if (error instanceof Refused && error.status === 401) {

@@ -14,7 +14,12 @@ import { deliveryKinds } from '../../db/schema.ts';
 export type ConsoleDataOptions = { db: Db };
 
 /** Dates as JSON writes them: ISO 8601 strings. */
-const summaryJson = (subscription: SubscriptionSummary) => ({ ...subscription, createdAt: subscription.createdAt.toISOString(), subscribedTo: subscribedTo(subscription) });
+const summaryJson = (subscription: SubscriptionSummary) => ({
+  ...subscription,
+  createdAt: subscription.createdAt.toISOString(),
+  lastSuccessAt: subscription.lastSuccessAt?.toISOString() ?? null,
+  subscribedTo: subscribedTo(subscription),
+});
 
 /** The page and its two files, read once: plain HTML, CSS and a script, no build step. */
 const page = Object.fromEntries(
@@ -29,7 +34,9 @@ const subscriptionSummary = z.object({
   status: z.enum(['requested', 'active', 'error', 'off']),
   criteria: z.string(),
   endpoint: z.string().describe('Credentials masked'),
-  failureCount: z.number(),
+  failureCount: z.number().describe('Events refused for good in a row'),
+  failedCallsSinceSuccess: z.number().describe('Calls that failed since the last one delivered, retries included'),
+  lastSuccessAt: z.string().nullable().describe('The last call delivered (ISO 8601, UTC), or null'),
   error: z.string().nullable(),
   createdAt: z.string(),
   topic: z.object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() }).nullable().describe('A topic-based subscription: its filters, payload level and latest event number'),
@@ -46,6 +53,7 @@ const attempt = z.object({
   httpStatus: z.number().nullable(),
   durationMs: z.number(),
   error: z.string().nullable(),
+  responseExcerpt: z.string().nullable().describe("The start of the subscriber's answer (the service's secrets redacted)"),
 });
 const queued = z.object({ task: z.string(), items: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
 
