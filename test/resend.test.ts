@@ -83,7 +83,11 @@ describe('$resend', () => {
     const [first, again] = callsFor(endpoint, 'resend-1');
     expect(again!.json).toMatchObject({ meta: { versionId: '1' } });
     expect(again!.headers['webhook-id']).toBe(first!.headers['webhook-id']);
-    const { rows } = await t.database.pool.query(`SELECT attempt, outcome FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'resend-1' ORDER BY id`, [id]);
+    // Recorded once the receiver's answer is read: just after it arrives.
+    const rows = await waitFor(async () => {
+      const { rows: recorded } = await t.database.pool.query(`SELECT attempt, outcome FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'resend-1' ORDER BY id`, [id]);
+      return recorded.length === 2 ? recorded : undefined;
+    }, 5000, 'the resend recorded');
     expect(rows).toEqual([
       { attempt: 1, outcome: 'failed' },
       { attempt: 1, outcome: 'delivered' },
