@@ -54,7 +54,7 @@ function subscriptions(db: Db, caller: Caller | undefined) {
       sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
         json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as('topic'),
     );
-  return caller === undefined ? query : visibleTo(query, caller);
+  return visibleTo(query, caller);
 }
 
 export async function listSubscriptions(db: Db, { status, caller }: { status?: SubscriptionStatus[]; caller?: Caller } = {}): Promise<SubscriptionSummary[]> {

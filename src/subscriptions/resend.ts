@@ -34,7 +34,7 @@ type Candidate = { id: string; event_number: string | null; resource_type: strin
 export async function resendEvents(db: Db, subscriptionId: string, selection: ResendSelection, caller?: Caller): Promise<ResendOutcome> {
   const subscriptions = db.selectFrom('webhook.subscriptions as s').innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 's.id');
   const subscription = isUuid(subscriptionId)
-    ? await (caller === undefined ? subscriptions : visibleTo(subscriptions, caller))
+    ? await visibleTo(subscriptions, caller)
         .select(['s.id', 's.status', 's.topic_id', 'stream.last_event_number'])
         .where('s.id', '=', subscriptionId)
         .executeTakeFirst()

@@ -224,9 +224,12 @@ async function switchOff(db: Db, { criteria, filterCriteria }: Extract<Subscript
   return selectRows(db).where('id', '=', shown.id).executeTakeFirstOrThrow();
 }
 
-/** The subscriptions a caller may see: all with the admin scope, else those its key created. */
-export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller): Query {
-  return caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
+/**
+ * The subscriptions a caller may see: all with the admin scope, else those
+ * its key created. No caller is an operator (the CLI), who sees them all.
+ */
+export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller | undefined): Query {
+  return caller === undefined || caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
 }
 
 function selectRows(db: Db) {
