@@ -194,6 +194,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
   const headers = channel.header ?? [];
   const secrets = headers.map((item) => headerPattern.exec(item)!).filter((match) => match[1]!.toLowerCase() === 'secret');
   if (secrets.length > 1) throw refusal('channel.header has more than one secret header');
+  const channelExtensions = extensionsAt('channel', resource.channel);
   const common = {
     status: 'requested' as const,
     criteria,
@@ -203,9 +204,12 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
     headers,
     clientSecret: secrets[0]?.[2],
     contactEmails: contacts.map((item) => item.value),
-    maxCallsPerSecond: parseMaxCallsPerSecond(resource.channel, limits.baseUrl),
+    maxCallsPerSecond: parseMaxCallsPerSecond(channelExtensions, limits.baseUrl),
   };
-  if (onTopic) return { ...common, kind: 'topic', filterCriteria: filterCriteria!, ...parseBackportChannel(resource.channel, limits) };
+  if (onTopic) {
+    const payloadExtensions = extensionsAt('channel._payload', (resource.channel as { _payload?: unknown })._payload);
+    return { ...common, kind: 'topic', filterCriteria: filterCriteria!, ...parseBackportChannel(channelExtensions, payloadExtensions, limits) };
+  }
 
   const resourceType = criteria.split('?')[0]!;
   if (!isResourceType(resourceType)) throw refusal(`criteria=${criteria} is not a valid FHIR resource`);
@@ -227,45 +231,42 @@ export const minHeartbeatPeriodSeconds = 10;
 /** The most filters one subscription may set: each is evaluated on every write the topic fires on. */
 const maxFilters = 20;
 
-const extensionList = (where: string) =>
-  z
+type Extension = { url: string; [value: string]: unknown };
+
+/** The extensions of `element` (an object with an `extension` array, or nothing), refused by name when malformed. */
+function extensionsAt(where: string, element: unknown): Extension[] {
+  const parsed = z
     .object({ extension: z.array(z.looseObject({ url: z.string() }), { error: `${where}.extension must be an array of extensions with a url` }).optional() }, { error: `${where} must be an object` })
-    .optional();
+    .optional()
+    .safeParse(element);
+  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
+  return parsed.data?.extension ?? [];
+}
 
 /** Subscription._criteria's backport-filter-criteria values, sorted. */
 function parseFilterCriteria(element: unknown): string[] {
-  const parsed = extensionList('_criteria').safeParse(element);
-  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
-  const filters = (parsed.data?.extension ?? [])
-    .map((item) => {
-      // An extension the service does not know (another version's filter-criteria, say) would change what the subscription means if ignored.
-      if (item.url !== backport.filterCriteria) throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
-      if (typeof item.valueString !== 'string' || item.valueString === '') throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
-      // Each filter is evaluated on every write its topic fires on, as a classic criteria is on every write of its type.
-      if (item.valueString.length > maxCriteriaLength) {
-        throw refusal(`A backport-filter-criteria is ${item.valueString.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
-      }
-      return item.valueString;
-    });
+  const filters = extensionsAt('_criteria', element).map((item) => {
+    // An extension the service does not know (another version's filter-criteria, say) would change what the subscription means if ignored.
+    if (item.url !== backport.filterCriteria) throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
+    if (typeof item.valueString !== 'string' || item.valueString === '') throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
+    // Each filter is evaluated on every write its topic fires on, as a classic criteria is on every write of its type.
+    if (item.valueString.length > maxCriteriaLength) {
+      throw refusal(`A backport-filter-criteria is ${item.valueString.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
+    }
+    return item.valueString;
+  });
   if (filters.length > maxFilters) throw refusal(`_criteria has ${filters.length} backport-filter-criteria extensions; the limit is ${maxFilters}`);
   if (new Set(filters).size < filters.length) throw refusal('_criteria has the same backport-filter-criteria twice');
   return filters.sort();
 }
 
 /** The Backport IG's extensions on a topic-based subscription's channel. */
-function parseBackportChannel(channel: unknown, limits: RequestLimits): Omit<TopicCriteria, 'kind' | 'filterCriteria'> {
-  const { extension = [], _payload } = channel as { extension?: unknown; _payload?: unknown };
-  const payload = extensionList('channel._payload').safeParse(_payload);
-  if (!payload.success) throw refusal(payload.error.issues[0]!.message);
-  const onChannel = extensionList('channel').safeParse({ extension });
-  if (!onChannel.success) throw refusal(onChannel.error.issues[0]!.message);
-
-  const content = single(payload.data?.extension ?? [], backport.payloadContent, 'valueCode');
+function parseBackportChannel(extensions: Extension[], payloadExtensions: Extension[], limits: RequestLimits): Omit<TopicCriteria, 'kind' | 'filterCriteria'> {
+  const content = single(payloadExtensions, backport.payloadContent, 'valueCode');
   if (content !== undefined && !(payloadContents as readonly unknown[]).includes(content)) {
     throw refusal(`channel.payload's backport-payload-content must be ${payloadContents.join(', ')}`);
   }
   if (content === undefined) throw refusal(`channel._payload needs a backport-payload-content extension (${payloadContents.join(', ')}): how much of each event a notification carries`);
-  const extensions = onChannel.data?.extension ?? [];
   const seconds = (url: string, name: string, least: number) => {
     const value = single(extensions, url, 'valueUnsignedInt');
     if (value !== undefined && (!Number.isInteger(value) || (value as number) < least || (value as number) > 2_147_483_647)) {
@@ -285,10 +286,8 @@ function parseBackportChannel(channel: unknown, limits: RequestLimits): Omit<Top
 }
 
 /** The max-calls-per-second extension on channel, if given: a decimal above 0, at most 10,000. */
-function parseMaxCallsPerSecond(channel: unknown, baseUrl: string): number | undefined {
-  const onChannel = extensionList('channel').safeParse({ extension: (channel as { extension?: unknown }).extension });
-  if (!onChannel.success) throw refusal(onChannel.error.issues[0]!.message);
-  const value = single(onChannel.data?.extension ?? [], maxCallsPerSecondExtension(baseUrl), 'valueDecimal');
+function parseMaxCallsPerSecond(extensions: Extension[], baseUrl: string): number | undefined {
+  const value = single(extensions, maxCallsPerSecondExtension(baseUrl), 'valueDecimal');
   if (value !== undefined && (typeof value !== 'number' || !(value > 0) || value > maxMaxCallsPerSecond)) {
     throw refusal(`channel's max-calls-per-second must be a valueDecimal above 0, at most ${maxMaxCallsPerSecond.toLocaleString('en')}`);
   }
@@ -296,7 +295,7 @@ function parseMaxCallsPerSecond(channel: unknown, baseUrl: string): number | und
 }
 
 /** The value of the one extension with `url` (refused when given twice or without a value of its type). */
-function single(extensions: { url: string; [key: string]: unknown }[], url: string, valueKey: string): unknown {
+function single(extensions: Extension[], url: string, valueKey: string): unknown {
   const found = extensions.filter((item) => item.url === url);
   const name = url.slice(url.lastIndexOf('/') + 1);
   if (found.length > 1) throw refusal(`${name} is given ${found.length} times`);
