@@ -41,15 +41,23 @@ function subscriptions(db: Db, caller: Caller | undefined) {
   const query = db
     .selectFrom('webhook.subscriptions')
     .innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 'webhook.subscriptions.id')
-    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt'])
-    .select([
-      sql<Date | null>`(SELECT max(a.started_at) FROM webhook.delivery_attempts a WHERE a.subscription_id = webhook.subscriptions.id AND a.outcome = 'delivered')`.as('lastSuccessAt'),
-      // On the attempts-by-subscription index, newest first, stopping at the last delivered one.
-      sql<number>`(SELECT count(*)::int FROM webhook.delivery_attempts a
-                   WHERE a.subscription_id = webhook.subscriptions.id AND a.outcome <> 'delivered'
-                     AND a.started_at > coalesce((SELECT max(d.started_at) FROM webhook.delivery_attempts d
-                                                  WHERE d.subscription_id = webhook.subscriptions.id AND d.outcome = 'delivered'), '-infinity'))`.as('failedCallsSinceSuccess'),
-    ])
+    // The last call delivered, read once: shown, and where the failed calls are counted from (on the attempts-by-subscription index).
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom('webhook.delivery_attempts as delivered')
+          .select((inner) => inner.fn.max('delivered.started_at').as('at'))
+          .whereRef('delivered.subscription_id', '=', 'webhook.subscriptions.id')
+          .where('delivered.outcome', '=', 'delivered')
+          .as('last_success'),
+      (join) => join.onTrue(),
+    )
+    .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt', 'last_success.at as lastSuccessAt'])
+    .select(
+      sql<number>`(SELECT count(*)::int FROM webhook.delivery_attempts failed
+                   WHERE failed.subscription_id = webhook.subscriptions.id AND failed.outcome <> 'delivered'
+                     AND failed.started_at > coalesce(last_success.at, '-infinity'))`.as('failedCallsSinceSuccess'),
+    )
     .select(
       sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
         json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as('topic'),
