@@ -872,6 +872,8 @@ BEGIN
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
     CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
     WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')
+      -- A subscription in error superseded by a newer one is never reactivated: left out once, here.
+      AND (s.status = 'active' OR NOT webhook.subscription_is_superseded(s.id))
       AND trigger -> 'interactions' ? interaction
       AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
   ), writes AS (
@@ -906,7 +908,7 @@ BEGIN
     INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, status, settled_at)
     SELECT subscription_id, resource_type, id, version_id, interaction = 'delete', 'abandoned', now()
     FROM fired
-    WHERE status = 'error' AND NOT webhook.subscription_is_superseded(subscription_id)
+    WHERE status = 'error'
     ORDER BY 1, 2, 3
   )
   SELECT (SELECT count(*) FROM inserted),
@@ -915,7 +917,7 @@ BEGIN
                       ('subscription_reactivation', webhook.event_payload(f.subscription_id, f.resource_type, f.id, f.row_version_id, interaction = 'delete'),
                        NULL, NULL, NULL, 'reactivate:' || f.subscription_id, NULL, NULL)::graphile_worker.job_spec
                FROM fired f
-               WHERE f.status = 'error' AND NOT webhook.subscription_is_superseded(f.subscription_id)
+               WHERE f.status = 'error'
                ORDER BY f.subscription_id, f.resource_type, f.id)
   INTO recorded, reactivations;
 
