@@ -80,8 +80,22 @@ describe('lengths', () => {
     expectRefusal(second, /already exists/);
   });
 
-  it('refuses a search value over 1,024 characters, naming the limit', async () => {
-    expectRefusal(await t.fhir('GET', `/Patient?name:contains=${'a'.repeat(1_500)}`), /1,024/);
+  it('refuses a search value (or one of its comma-separated alternatives) over 1,024 characters, naming the limit', async () => {
+    expectRefusal(await t.fhir('GET', `/Patient?name:contains=${'a'.repeat(1_500)}`), /its value has 1,500 characters; the limit is 1,024/);
+    expectRefusal(await t.fhir('GET', `/Patient?name:contains=a,${'a'.repeat(1_500)}`), /its alternative 2 of 2 has 1,500 characters; the limit is 1,024/);
+  });
+
+  it('refuses a 1 MB query in a POST _search body with 400 too-costly, before reading its parameters', async () => {
+    const started = performance.now();
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/fhir/resources/Patient/_search',
+      headers: { 'x-api-key': t.apiKey, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: Array.from({ length: 1_000 }, () => `name:contains=${'a'.repeat(1_000)}`).join('&'),
+    });
+    expectRefusal(response, /The search query has 1,014,999 characters; the limit is 16,384/);
+    expect(response.json()).toMatchObject({ issue: [{ code: 'too-costly' }] });
+    expect(performance.now() - started).toBeLessThan(1_000);
   });
 });
 

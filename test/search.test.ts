@@ -1,5 +1,7 @@
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compileCriteria } from '../src/search/criteria.ts';
+import { maxAlternativeLength, maxAlternatives, maxQueryLength } from '../src/search/query.ts';
 import { serviceBase, startTestApp, type TestApp } from './support/app.ts';
 
 let t: TestApp;
@@ -244,5 +246,89 @@ describe('criteria compiled for subscriptions', () => {
     ['Appointment?bogus=1', /Unknown search parameter 'bogus'/],
   ])('refuses %s', (criteria, message) => {
     expect(() => compileCriteria(criteria)).toThrow(message);
+  });
+});
+
+describe('OR-lists: each alternative is bounded, and the number of them, and the whole query, not their sum', () => {
+  const postSearch = (type: string, body: string) =>
+    t.app.inject({
+      method: 'POST',
+      url: `/fhir/resources/${type}/_search`,
+      headers: { 'x-api-key': t.apiKey, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: body,
+    });
+  /** 200 random characters, as HAPI's matcher cases have them (and which PostgreSQL cannot compress). */
+  const randomName = () => randomBytes(100).toString('hex');
+
+  it('Patient?_id= with 30 UUIDs finds the 30 patients: a known set fetched in one call', async () => {
+    const uuids = Array.from({ length: 30 }, () => randomUUID());
+    for (const id of uuids) expect((await t.fhir('PUT', `/Patient/${id}`, { resourceType: 'Patient', id })).statusCode).toBe(201);
+    const query = `_id=${uuids.join(',')}&_count=100`;
+    expect(query.length).toBeGreaterThan(maxAlternativeLength);
+    expect(keys((await search(`/Patient?${query}`)).entry, 'match').sort()).toEqual(uuids.map((id) => `Patient/${id}`).sort());
+  });
+
+  it('takes 51 alternatives of 200 characters on name (HAPI\'s matcher case) and finds the patient one of them names', async () => {
+    const names = Array.from({ length: 51 }, randomName);
+    await t.fhir('PUT', '/Patient/long-name', { resourceType: 'Patient', id: 'long-name', name: [{ family: names[25] }] });
+    const bundle = await search(`/Patient?name=${names.join(',')}`);
+    expect(keys(bundle.entry, 'match')).toEqual(['Patient/long-name']);
+  });
+
+  it(`takes ${maxAlternatives} alternatives and refuses ${maxAlternatives + 1}, naming the parameter and the limit`, async () => {
+    const ids = (count: number) => Array.from({ length: count }, (_, index) => `p${index}`).join(',');
+    await search(`/Patient?_id=${ids(maxAlternatives)}`);
+    const response = await t.fhir('GET', `/Patient?_id=${ids(maxAlternatives + 1)}`);
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0]).toMatchObject({
+      code: 'too-costly',
+      details: { text: "Search parameter '_id' has 101 comma-separated alternatives; the limit is 100" },
+    });
+  });
+
+  it('refuses an alternative of 1,025 characters, naming the parameter, the alternative, its length and the limit; 1,024 pass', async () => {
+    await search(`/Patient?name=anna,${'a'.repeat(maxAlternativeLength)}`);
+    const response = await t.fhir('GET', `/Patient?name=anna,${'a'.repeat(maxAlternativeLength + 1)}`);
+    expect(response.statusCode).toBe(400);
+    expect(response.json().issue[0]).toMatchObject({
+      code: 'too-costly',
+      details: { text: "Search parameter 'name': its alternative 2 of 2 has 1,025 characters; the limit is 1,024 for each comma-separated alternative" },
+    });
+    // In a chain and in _has too, which parse their values alike.
+    for (const path of [`/Encounter?subject:Patient.name=${'a'.repeat(1_025)}`, `/Patient?_has:Encounter:subject:status=${'a'.repeat(1_025)}`]) {
+      const refused = await t.fhir('GET', path);
+      expect(refused.statusCode, path).toBe(400);
+      expect(refused.json().issue[0].details.text).toMatch(/its value has 1,025 characters; the limit is 1,024/);
+    }
+  });
+
+  /** `_id=anna,bob&_count=1` padded to `length` with a _format value (read as JSON: a parameter no bound of its own limits). */
+  const paddedTo = (length: number) => {
+    const start = '_id=anna,bob&_count=1&_format=json';
+    return start + 'x'.repeat(length - start.length);
+  };
+
+  it(`takes a query of ${maxQueryLength.toLocaleString('en')} characters, whose next link (its page token added) is taken too`, async () => {
+    const response = await postSearch('Patient', paddedTo(maxQueryLength));
+    expect(response.statusCode, response.body).toBe(200);
+    expect(keys(response.json().entry, 'match')).toEqual(['Patient/anna']);
+    const next = response.json().link.find((link: { relation: string }) => link.relation === 'next').url as string;
+    expect(next.length - next.indexOf('?') - 1).toBeGreaterThan(maxQueryLength);
+    expect(keys((await search(next.replace(serviceBase, ''))).entry, 'match')).toEqual(['Patient/bob']);
+  });
+
+  it(`refuses a query of ${(maxQueryLength + 1).toLocaleString('en')} characters with 400 too-costly, in the URL or a POST _search body`, async () => {
+    const text = 'The search query has 16,385 characters; the limit is 16,384';
+    const byPost = await postSearch('Patient', paddedTo(maxQueryLength + 1));
+    expect(byPost.statusCode).toBe(400);
+    expect(byPost.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text } });
+    const byGet = await t.fhir('GET', `/Patient?${paddedTo(maxQueryLength + 1)}`);
+    expect(byGet.statusCode).toBe(400);
+    expect(byGet.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text } });
+    // Parameters that AND: 17 of 1,000 characters are each within their bound, not together.
+    const repeated = Array.from({ length: 17 }, () => `name:contains=${'a'.repeat(1_000)}`).join('&');
+    const refused = await postSearch('Patient', repeated);
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json().issue[0].details.text).toMatch(/the limit is 16,384/);
   });
 });

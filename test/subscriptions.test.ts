@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
 import { encryptEndpointCredentials } from '../src/subscriptions/store.ts';
@@ -140,6 +141,14 @@ describe('POST /Subscription with status requested', () => {
     expect(await encryptEndpointCredentials(t.database.db, createSecretBox(testSecretsKey))).toBe(0);
   });
 
+  it('takes a criteria whose _id lists 30 UUIDs: each alternative is bounded, not the list', async () => {
+    const criteria = `Patient?_id=${Array.from({ length: 30 }, () => randomUUID()).join(',')}`;
+    expect(criteria.length).toBeGreaterThan(1_024);
+    const response = await post(subscription({ criteria }));
+    expect(response.statusCode, response.body).toBe(201);
+    expect(response.json().criteria).toBe(criteria);
+  });
+
   it('lets exactly one of 20 concurrent creates of the same criteria win', async () => {
     const responses = await Promise.all(Array.from({ length: 20 }, () => post(subscription({ criteria: 'Patient?active=true' }))));
     const statuses = responses.map((response) => response.statusCode);
@@ -214,6 +223,16 @@ describe('refusals', () => {
       'criteria=Patient?deceased=true: search parameter deceased is not supported: its FHIRPath expression is beyond what compiles to SQL (cannot read \'.exists() and Patient.deceased != false\')',
     ],
     ['a malformed date in the criteria', subscription({ criteria: 'Appointment?date=soon' }), "criteria=Appointment?date=soon: 'soon' is not a date for 'date' (YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm[:ss[.f]][Z|±hh:mm])"],
+    [
+      'a criteria alternative over 1,024 characters',
+      subscription({ criteria: `Patient?name=smith,${'a'.repeat(1_025)}` }),
+      `criteria=Patient?name=smith,${'a'.repeat(1_025)}: Search parameter 'name': its alternative 2 of 2 has 1,025 characters; the limit is 1,024 for each comma-separated alternative`,
+    ],
+    [
+      'a criteria parameter with 101 alternatives',
+      subscription({ criteria: `Patient?_id=${Array.from({ length: 101 }, (_, index) => `p${index}`).join(',')}` }),
+      `criteria=Patient?_id=${Array.from({ length: 101 }, (_, index) => `p${index}`).join(',')}: Search parameter '_id' has 101 comma-separated alternatives; the limit is 100`,
+    ],
     ['switching off what is not live', { resourceType: 'Subscription', status: 'off', criteria: 'Encounter?status=planned' }, 'Not found webhook active or requested for criteria=Encounter?status=planned'],
   ];
 

@@ -60,11 +60,23 @@ export type SearchQuery = {
 
 export const maxCount = 1000;
 /**
- * The longest value a parameter takes (its comma-separated values together):
- * a string value compiles to a regular expression about 40 times its length,
- * which PostgreSQL runs on every candidate row.
+ * The longest alternative of a parameter's value (one of its comma-separated
+ * values): a string alternative compiles to a regular expression about 40
+ * times its length, which PostgreSQL runs on every candidate row. The bound is
+ * per alternative, not on the list: `_id=` with 30 UUIDs (a known set of
+ * resources fetched in one call) is over 1,024 characters in all.
  */
-export const maxValueLength = 1024;
+export const maxAlternativeLength = 1024;
+/** The most alternatives one parameter ORs: each is a condition PostgreSQL tests on every candidate row. */
+export const maxAlternatives = 100;
+/**
+ * The longest query a search takes (the URL's and, for POST _search, the
+ * form body's parameters together, percent-encoded, its _page_token aside,
+ * which the next link adds) and the longest query of a subscription's
+ * criteria: what bounds the cost of all the alternatives and repeated
+ * parameters together, since each alternative is bounded only by itself.
+ */
+export const maxQueryLength = 16_384;
 
 export const modifiersByType: Record<SearchParameter['type'], readonly string[]> = {
   token: ['missing', 'not', 'text'],
@@ -97,6 +109,11 @@ export function parseCriteriaString(criteria: string): SearchQuery {
 export function parseSearchQuery(resourceType: string, rawQuery: string, { lenient = false } = {}): SearchQuery {
   if (!isResourceType(resourceType)) throw badRequest(`'${resourceType}' is not an R4 resource type`);
   const search: SearchQuery = { resourceType, ignored: [], filters: [], related: [], include: [], revinclude: [] };
+  // Checked before anything is decoded, and not excused under lenient handling: leaving parameters out would not make it cheaper to read.
+  const queryLength = withoutPageToken(rawQuery).length;
+  if (queryLength > maxQueryLength) {
+    throw badRequest(`The search query has ${queryLength.toLocaleString('en')} characters; the limit is ${maxQueryLength.toLocaleString('en')}`, 'too-costly');
+  }
   for (const [key, value] of splitQuery(rawQuery)) {
     const colon = key.indexOf(':');
     const name = colon === -1 ? key : key.slice(0, colon);
@@ -115,6 +132,11 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
     }
   }
   return search;
+}
+
+/** The query without its `_page_token` pairs: a page's next link is the query it came from with a token added, and must be taken as that query was. */
+function withoutPageToken(rawQuery: string): string {
+  return rawQuery.includes('_page_token') ? rawQuery.split('&').filter((pair) => !/^_page_token(=|$)/.test(pair)).join('&') : rawQuery;
 }
 
 /** `a=1&b=2` → [['a', '1'], ['b', '2']], each part percent-decoded once ('+' stays a plus). */
@@ -148,14 +170,21 @@ function parseFilter(resourceType: string, name: string, modifierText: string | 
   if (!isSupported(parameter)) throw new FhirError(400, 'not-supported', `search parameter ${name} is not supported: ${parameter.unsupported}`);
   const modifier = parseModifier(parameter, modifierText);
   if (value === '') throw badRequest(`Search parameter '${name}' has an empty value`);
-  if (value.length > maxValueLength) throw badRequest(`Search parameter '${name}' has a value of ${value.length} characters; the limit is ${maxValueLength.toLocaleString('en')}`);
   if (modifier === 'missing') {
     if (value !== 'true' && value !== 'false') throw badRequest(`':missing' takes true or false, not '${value}'`);
     return { parameter, modifier, values: [{ kind: 'missing', missing: value === 'true' }] };
   }
-  const values = splitUnescaped(value, ',').map((text) =>
-    parameter.type === 'composite' ? parseComposite(parameter, text) : parseValue(parameter, modifier, text),
-  );
+  const alternatives = splitUnescaped(value, ',');
+  if (alternatives.length > maxAlternatives) {
+    throw badRequest(`Search parameter '${name}' has ${alternatives.length} comma-separated alternatives; the limit is ${maxAlternatives}`, 'too-costly');
+  }
+  alternatives.forEach((text, index) => {
+    if (text.length > maxAlternativeLength) {
+      const which = alternatives.length === 1 ? 'value' : `alternative ${index + 1} of ${alternatives.length}`;
+      throw badRequest(`Search parameter '${name}': its ${which} has ${text.length.toLocaleString('en')} characters; the limit is ${maxAlternativeLength.toLocaleString('en')} for each comma-separated alternative`, 'too-costly');
+    }
+  });
+  const values = alternatives.map((text) => (parameter.type === 'composite' ? parseComposite(parameter, text) : parseValue(parameter, modifier, text)));
   return { parameter, ...(modifier === undefined ? {} : { modifier }), values };
 }
 

@@ -162,7 +162,15 @@ function isHttpUrl(text: string): boolean {
   }
 }
 
-/** Criteria longer than this are refused: real ones are a few dozen characters, and each is compiled and evaluated on every write of its type. */
+/**
+ * Criteria longer than this are refused: real ones are a few dozen characters, and each is compiled and evaluated on every write
+ * of its type. The search parser bounds each parameter as well (maxAlternativeLength per comma-separated alternative,
+ * maxAlternatives of them), so `_id=` with 30 UUIDs passes. Not yet the search's maxQueryLength (16,384):
+ * webhook.subscriptions_by_criteria_and_creation (migration 0005) is a btree on the criteria string itself, whose entry holds at
+ * most 2,704 bytes after compression; a criteria past that fails the insert with a 500 (already so for 2,000 random CJK
+ * characters, 3 bytes each). Raising this waits for a migration moving that index to webhook.criteria_digest(criteria), as 0011
+ * did for the uniqueness index.
+ */
 export const maxCriteriaLength = 2048;
 
 export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): SubscriptionRequest {
