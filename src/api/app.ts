@@ -10,7 +10,7 @@ import { FhirError, operationOutcome } from '../fhir/outcome.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
-import { installErrorHandlers, sendOutcome } from './errors.ts';
+import { installErrorHandlers, sendOutcome, unservedFormat } from './errors.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { bundleRoutes } from './routes/bundles.ts';
 import { consoleData, consolePage } from './routes/console.ts';
@@ -66,8 +66,12 @@ export async function buildApp({
       void sendOutcome(reply, 400, operationOutcome('invalid', error.message));
     },
     // Node checks request timeouts every connectionsCheckingInterval (30 s by default): checked every second, a trickled body is cut off on time.
+    // A search's query may be 16,384 characters (src/search/query.ts): the request head holds it and the headers (Node's default is 16 KiB in all).
     serverFactory: (handler) =>
-      createServer({ requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs) }, handler),
+      createServer(
+        { requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs), maxHeaderSize: 32 * 1024 },
+        handler,
+      ),
   });
   app.setValidatorCompiler(validatorCompiler);
   // Response schemas describe the answers in /docs; they never filter them: a FHIR resource carries
@@ -136,6 +140,12 @@ export async function buildApp({
   await app.register(
     async (fhir) => {
       await requireKeyWithinLimit(fhir);
+      // Answers are FHIR JSON: a client that takes only XML (or RDF) is told so, not sent JSON it cannot read.
+      fhir.addHook('onRequest', async (request) => {
+        const format = (request.query as { _format?: string | string[] })._format;
+        const refusal = unservedFormat(request.headers.accept, Array.isArray(format) ? format[0] : format);
+        if (refusal !== undefined) throw refusal;
+      });
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { db: database.db, serviceBase, softwareVersion: packageJson.version });

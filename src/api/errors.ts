@@ -27,6 +27,10 @@ const issueCodeByStatus: Record<number, IssueCode> = {
 export function errorOutcome(error: FastifyError, request: FastifyRequest): { status: number; outcome: OperationOutcome } {
   if (error instanceof FhirError) return { status: error.status, outcome: error.outcome };
   if (hasZodFastifySchemaValidationErrors(error)) {
+    // An empty body reaches the route as none (an operation by POST may have none): a route that needs one says so.
+    if (error.validationContext === 'body' && (request.body === undefined || request.body === null)) {
+      return { status: 400, outcome: operationOutcome('invalid', 'The request body is empty: this interaction takes a FHIR resource (application/fhir+json)') };
+    }
     const problems = error.validation.map((issue) => `${error.validationContext ?? 'request'}${issue.instancePath}: ${issue.message}`);
     return { status: 400, outcome: operationOutcome('invalid', problems.join('; ')) };
   }
@@ -65,9 +69,11 @@ function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcom
 }
 
 /**
- * The service's error answers. A route that does not exist is a 404 saying
- * so; a FHIR path outside `fhirBasePath` (GET /fhir/Patient, say: another
- * server's base) says where the FHIR routes are.
+ * The service's error answers. A path that a route serves for other methods
+ * is a 405 naming them (FHIR: the interaction is not supported there); a
+ * route that does not exist is a 404 saying so; a FHIR path outside
+ * `fhirBasePath` (GET /fhir/Patient, say: another server's base) says where
+ * the FHIR routes are.
  */
 export function installErrorHandlers(app: FastifyInstance, fhirBasePath: string): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -77,8 +83,37 @@ export function installErrorHandlers(app: FastifyInstance, fhirBasePath: string)
 
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0]!;
+    const allowed = routedMethods.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
+    if (allowed.length > 0) {
+      reply.header('allow', allowed.join(', '));
+      return sendOutcome(reply, 405, operationOutcome('not-supported', `${request.method} is not supported on ${path}: it answers ${allowed.join(', ')}`));
+    }
     const elsewhere = path.startsWith('/fhir/') && !path.startsWith(`${fhirBasePath}/`);
     const hint = elsewhere ? `: the FHIR base of this service is ${fhirBasePath} (${request.method} ${fhirBasePath}${path.slice('/fhir'.length)})` : '';
     return sendOutcome(reply, 404, operationOutcome('not-found', `There is no ${request.method} ${path}${hint}`));
   });
+}
+
+/** The methods the service's routes use: a path served for some of them is a 405 for the others. */
+const routedMethods = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+
+/** The media types the FHIR API answers in: FHIR JSON, under its names old and new. */
+const servedMediaTypes = ['application/fhir+json', 'application/json', 'application/json+fhir'];
+/** `_format` values meaning JSON (FHIR's short form, and the media types). */
+const jsonFormats = new Set(['json', ...servedMediaTypes]);
+
+/**
+ * A 406 for a request that accepts only formats the API does not serve
+ * (FHIR XML or RDF, say): its `_format`, which FHIR lets override Accept,
+ * or else its Accept header. Without either, or with a wildcard, JSON is fine.
+ */
+export function unservedFormat(accept: string | undefined, format: string | undefined): FhirError | undefined {
+  if (format !== undefined) {
+    const name = format.split(';')[0]!.trim().toLowerCase();
+    return jsonFormats.has(name) ? undefined : new FhirError(406, 'not-supported', `_format=${format} is not served: this server answers FHIR JSON only (_format=json)`);
+  }
+  if (accept === undefined || accept.trim() === '') return undefined;
+  const ranges = accept.split(',').map((range) => range.split(';')[0]!.trim().toLowerCase());
+  const servable = ranges.some((range) => range === '*/*' || range === 'application/*' || servedMediaTypes.includes(range));
+  return servable ? undefined : new FhirError(406, 'not-supported', `Accept: ${accept} is not served: this server answers application/fhir+json (or application/json) only`);
 }

@@ -9,14 +9,16 @@ import { badRequest } from '../fhir/outcome.ts';
 export const maxJsonDepth = 100;
 
 /**
- * The JSON body parser of the API, for application/json and
- * application/fhir+json: Fastify's (which refuses __proto__ and constructor
+ * The JSON body parser of the API, for application/json,
+ * application/fhir+json and application/json-patch+json (PATCH): Fastify's (which refuses __proto__ and constructor
  * keys), after a linear scan for nesting deeper than maxJsonDepth.
  */
 export function installJsonBodyParser(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   const parser = (request: FastifyRequest, body: string | Buffer, done: (error: Error | null, value?: unknown) => void) => {
     const text = typeof body === 'string' ? body : body.toString('utf8');
+    // No body at all (an operation invoked by POST without parameters, as FHIR clients send it): the route decides whether it needs one.
+    if (text.trim() === '') return done(null, undefined);
     if (nestingExceeds(text, maxJsonDepth)) return done(badRequest(`The JSON body nests deeper than ${maxJsonDepth} levels`));
     // Fastify types the default parser as possibly async; it calls done either way.
     void parseJson(request, text, (error, value) => {
@@ -28,6 +30,7 @@ export function installJsonBodyParser(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, parser);
   app.addContentTypeParser('application/fhir+json', { parseAs: 'string' }, parser);
+  app.addContentTypeParser('application/json-patch+json', { parseAs: 'string' }, parser);
 }
 
 /** Where JSON.parse stops on `text`, in its own words ("Expected ',' or ']' after array element in JSON at position 37 (line 1 column 38)"). */

@@ -68,3 +68,8 @@ async function connectionsClosed(connections: Set<pg.PoolClient>, timeoutMs = 5_
   const ended = Promise.all([...connections].map((client) => new Promise((resolve) => client.once('end', resolve))));
   await Promise.race([ended, sleep(timeoutMs, undefined, { ref: false })]);
 }
+
+/** Runs `work` in `db` when it is a transaction already (a transaction Bundle's), else in a transaction of its own. */
+export async function inTransaction<T>(db: Db, work: (transaction: Db) => Promise<T>): Promise<T> {
+  return db.isTransaction ? work(db) : db.transaction().execute(work);
+}

@@ -10,6 +10,7 @@ export type IssueCode =
   | 'not-found'
   | 'deleted'
   | 'conflict'
+  | 'multiple-matches'
   | 'not-supported'
   | 'too-costly'
   | 'throttled'

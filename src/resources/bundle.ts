@@ -4,6 +4,9 @@ import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { FhirError, badRequest, type OperationOutcome } from '../fhir/outcome.ts';
 import { readSubscription, submitSubscription, subscriptionsAreImmutable, type Caller, type SubscriptionContext } from '../subscriptions/store.ts';
+import { conditionOf, conditionalCreate, conditionalDelete, conditionalPatch, conditionalUpdate, selectedId } from './conditional.ts';
+import { jsonPatchOfBinary, patchResource } from './patch.ts';
+import { isResourceType } from '../fhir/definitions.ts';
 import {
   assertResourceBody,
   assertResourceId,
@@ -26,9 +29,10 @@ const entrySchema = z.object({
   resource: z.unknown().optional(),
   request: z.object(
     {
-      method: z.enum(['GET', 'POST', 'PUT', 'DELETE'], { error: 'request.method must be GET, POST, PUT or DELETE' }),
+      method: z.enum(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'], { error: 'request.method must be GET, POST, PUT, PATCH or DELETE' }),
       url: z.string({ error: 'request.url is required' }).min(1, 'request.url is required'),
       ifMatch: z.string().optional(),
+      ifNoneExist: z.string().optional(),
     },
     { error: 'request is required' },
   ),
@@ -40,7 +44,7 @@ const processableBundleSchema = z.looseObject({
   entry: z.array(z.unknown(), { error: 'Bundle.entry must be an array' }).default([]),
 });
 
-type ProcessableBundle = z.infer<typeof processableBundleSchema>;
+export type ProcessableBundle = z.infer<typeof processableBundleSchema>;
 
 /** The Bundle as a transaction or batch to process, or undefined when it is a Bundle of another type (stored as is). */
 export function asProcessableBundle(body: { type?: unknown }): ProcessableBundle | undefined {
@@ -70,8 +74,8 @@ type EntryResponse = {
   response: { status: string; location?: string; etag?: string; lastModified?: string; outcome?: OperationOutcome };
 };
 
-/** Where an entry's request.url points: `Type` or `Type/id`, relative or under our own base. */
-type Target = { type: string; id?: string };
+/** Where an entry's request.url points: `Type`, `Type/id` or `Type?condition`, relative or under our own base. */
+type Target = { type: string; id?: string; condition?: string };
 
 /** A `urn:uuid:` fullUrl of the Bundle and the resource it stands for. */
 type UrnTarget = { urn: string; type: string; id: string };
@@ -83,11 +87,14 @@ export async function processBundle(
   subscriptions: SubscriptionContext,
   caller: Caller,
 ): Promise<FhirResource> {
-  const urnTargets = assignUrnIds(bundle.entry);
-  const context = { serviceBase, subscriptions, caller, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
+  const contextIn = async (executor: Db): Promise<EntryContext> => {
+    const urnTargets = await assignUrnIds(executor, bundle.entry);
+    return { serviceBase, subscriptions, caller, urnTargets, rewriteReferences: referenceRewriter(urnTargets) };
+  };
 
   if (bundle.type === 'transaction') {
     const responses = await db.transaction().execute(async (transaction) => {
+      const context = await contextIn(transaction);
       const results: EntryResponse[] = [];
       for (const [index, raw] of bundle.entry.entries()) {
         try {
@@ -101,6 +108,7 @@ export async function processBundle(
     return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
   }
 
+  const context = await contextIn(db);
   const responses: EntryResponse[] = [];
   for (const [index, raw] of bundle.entry.entries()) {
     try {
@@ -114,22 +122,30 @@ export async function processBundle(
 }
 
 /**
- * Gives each POST entry whose fullUrl is a `urn:uuid:` its server id up front
- * (a PUT entry keeps its own), so that references to it anywhere in the Bundle
- * can be rewritten before the first write. Keyed by entry index.
+ * Gives each entry whose fullUrl is a `urn:uuid:` the id its resource will
+ * have, up front, so that references to it anywhere in the Bundle can be
+ * rewritten before the first write: a POST a new server id, a PUT its own; a
+ * conditional create or update the id of the resource its condition selects
+ * (looked up now, under the condition's lock in a transaction), or a new one
+ * when none does. Keyed by entry index.
  */
-function assignUrnIds(entries: unknown[]): Map<number, UrnTarget> {
+async function assignUrnIds(db: Db, entries: unknown[]): Promise<Map<number, UrnTarget>> {
   const assigned = new Map<number, UrnTarget>();
-  entries.forEach((raw, index) => {
+  for (const [index, raw] of entries.entries()) {
     const parsed = entrySchema.safeParse(raw);
-    if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) return;
+    if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) continue;
     const { request, fullUrl } = parsed.data;
     const target = parseTarget(request.url);
     // Subscriptions are not resources others refer to, and get their ids from their own table.
-    if (!target || target.type === 'Subscription') return;
-    if (request.method === 'POST') assigned.set(index, { urn: fullUrl, type: target.type, id: randomUUID() });
-    else if (request.method === 'PUT' && target.id) assigned.set(index, { urn: fullUrl, type: target.type, id: target.id });
-  });
+    if (!target || target.type === 'Subscription' || !isResourceType(target.type)) continue;
+    const condition = request.method === 'POST' ? request.ifNoneExist : request.method === 'PUT' ? target.condition : undefined;
+    const matched = condition === undefined ? undefined : await selectedId(db, target.type, conditionOf(target.type, condition), request.method === 'POST' ? 'create' : 'update');
+    if (request.method === 'POST' || (request.method === 'PUT' && target.condition !== undefined)) {
+      assigned.set(index, { urn: fullUrl, type: target.type, id: matched ?? randomUUID() });
+    } else if (request.method === 'PUT' && target.id) {
+      assigned.set(index, { urn: fullUrl, type: target.type, id: target.id });
+    }
+  }
   return assigned;
 }
 
@@ -162,17 +178,24 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
   const parsed = parseEntry(raw);
   const entry = { ...parsed, resource: rewriteReferences(parsed.resource) };
   const target = parseTarget(entry.request.url);
-  if (!target) throw badRequest(`request.url '${entry.request.url}' is not of the form Type or Type/id (conditional and search URLs are not supported)`, 'not-supported');
+  if (!target) throw badRequest(`request.url '${entry.request.url}' is not of the form Type, Type/id or Type?condition`, 'not-supported');
   if (target.type === 'Subscription') return executeSubscriptionEntry(db, entry, target, context);
   assertResourceType(target.type);
   if (target.id !== undefined) assertResourceId(target.id);
   const ifMatch = entry.request.ifMatch === undefined ? undefined : parseIfMatch(entry.request.ifMatch);
+  const urnId = urnTargets.get(index)?.id;
 
+  if (target.condition !== undefined) return executeConditionalEntry(db, entry, { ...target, condition: target.condition }, urnId, serviceBase);
   switch (entry.request.method) {
     case 'POST': {
       if (target.id !== undefined) throw badRequest(`POST request.url must be a type, not '${entry.request.url}'`);
       assertResourceBody(target.type, entry.resource);
-      return written(await createResource(db, target.type, entry.resource, urnTargets.get(index)?.id), '201 Created', serviceBase);
+      const ifNoneExist = entry.request.ifNoneExist;
+      const result =
+        ifNoneExist === undefined
+          ? await createResource(db, target.type, entry.resource, urnId)
+          : await conditionalCreate(db, target.type, entry.resource, conditionOf(target.type, ifNoneExist), urnId);
+      return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
     }
     case 'PUT': {
       const id = requireId(target, entry);
@@ -180,16 +203,48 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
       const result = await updateResource(db, target.type, id, entry.resource, ifMatch);
       return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
     }
+    case 'PATCH': {
+      const id = requireId(target, entry);
+      return written(await patchResource(db, target.type, id, jsonPatchOfBinary(entry.resource), ifMatch), '200 OK', serviceBase);
+    }
     case 'DELETE': {
       const id = requireId(target, entry);
       const { versionId } = await deleteResource(db, target.type, id, ifMatch);
-      return { response: { status: '204 No Content', ...(versionId === undefined ? {} : { etag: `W/"${versionId}"` }) } };
+      return deletedResponse(versionId);
     }
     case 'GET': {
       const id = requireId(target, entry);
       return written(await readResource(db, target.type, id), '200 OK', serviceBase);
     }
   }
+}
+
+/** An entry whose request.url is `Type?condition`: a conditional update, delete or patch. */
+async function executeConditionalEntry(
+  db: Db,
+  entry: Entry,
+  target: Target & { condition: string },
+  urnId: string | undefined,
+  serviceBase: string,
+): Promise<EntryResponse> {
+  const { type, condition } = target;
+  switch (entry.request.method) {
+    case 'PUT': {
+      assertResourceBody(type, entry.resource);
+      const result = await conditionalUpdate(db, type, entry.resource, condition, urnId);
+      return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
+    }
+    case 'DELETE':
+      return deletedResponse((await conditionalDelete(db, type, condition)).versionId);
+    case 'PATCH':
+      return written(await conditionalPatch(db, type, jsonPatchOfBinary(entry.resource), condition), '200 OK', serviceBase);
+    default:
+      throw badRequest(`${entry.request.method} '${entry.request.url}': a condition in request.url is for PUT, PATCH and DELETE (a conditional create sends ifNoneExist; searches in a Bundle are not supported)`, 'not-supported');
+  }
+}
+
+function deletedResponse(versionId: number | undefined): EntryResponse {
+  return { response: { status: '204 No Content', ...(versionId === undefined ? {} : { etag: `W/"${versionId}"` }) } };
 }
 
 /** Subscription entries: POST creates or switches off (in the Bundle's transaction, in array order), GET reads. */
@@ -220,9 +275,9 @@ function parseEntry(raw: unknown): Entry {
 
 function parseTarget(url: string): Target | undefined {
   const relative = url.replace(/^https?:\/\/[^/]+\/fhir\/resources\//, '').replace(/^\/?fhir\/resources\//, '');
-  const match = /^([A-Za-z]+)(?:\/([^/?#]+))?$/.exec(relative);
+  const match = /^([A-Za-z]+)(?:\/([^/?#]+)|\?([^#]+))?$/.exec(relative);
   if (!match?.[1]) return undefined;
-  return { type: match[1], ...(match[2] === undefined ? {} : { id: match[2] }) };
+  return { type: match[1], ...(match[2] === undefined ? {} : { id: match[2] }), ...(match[3] === undefined ? {} : { condition: match[3] }) };
 }
 
 function requireId(target: Target, entry: Entry): string {
@@ -261,6 +316,8 @@ const reasonPhrases: Record<number, string> = {
   409: 'Conflict',
   410: 'Gone',
   412: 'Precondition Failed',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
   422: 'Unprocessable Entity',
 };
 

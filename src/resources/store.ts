@@ -23,8 +23,6 @@ export type StoredVersion = {
 
 export type WriteResult = StoredVersion & { created: boolean };
 
-export type HistoryEntry = StoredVersion & { deleted: boolean };
-
 /** Checks a resource type taken from a URL: an R4 type that this store holds. */
 export function assertResourceType(type: string): void {
   if (!isResourceType(type)) throw notFound(`Unknown resource type '${type}': not a FHIR R4 resource type`);
@@ -63,11 +61,15 @@ function unstorableAsBadRequest(error: unknown): never {
   throw error;
 }
 
+/** jsonb orders keys by length; FHIR JSON reads best with resourceType, id and meta first. */
+export function inFhirOrder(content: FhirResource): FhirResource {
+  const { resourceType, id, meta, ...rest } = content;
+  return { resourceType, id, meta, ...rest };
+}
+
 function toVersion(content: FhirResource): StoredVersion {
   const meta = content.meta as { versionId: string; lastUpdated: string };
-  // jsonb orders keys by length; FHIR JSON reads best with resourceType, id and meta first.
-  const { resourceType, id, ...rest } = content;
-  return { resource: { resourceType, id, meta, ...rest }, versionId: Number(meta.versionId), lastUpdated: meta.lastUpdated };
+  return { resource: inFhirOrder(content), versionId: Number(meta.versionId), lastUpdated: meta.lastUpdated };
 }
 
 /** Creates a resource with a server-assigned UUID; any id in the body is ignored, as FHIR create requires. */
@@ -133,19 +135,6 @@ export async function deleteResource(db: Db, type: string, id: string, ifMatch?:
   if (ifMatch !== undefined) throw await versionConflict(db, type, id, ifMatch);
   if (await wasDeleted(db, type, id)) return { versionId: undefined };
   throw unknownResource(type, id);
-}
-
-/** Every version of a resource, newest first; deletions included. */
-export async function readHistory(db: Db, type: string, id: string): Promise<HistoryEntry[]> {
-  const rows = await db
-    .selectFrom('fhir.resource_history')
-    .select(['content', 'is_deletion'])
-    .where('resource_type', '=', type)
-    .where('id', '=', id)
-    .orderBy('version_id', 'desc')
-    .execute();
-  if (rows.length === 0) throw unknownResource(type, id);
-  return rows.map((row) => ({ ...toVersion(row.content), deleted: row.is_deletion }));
 }
 
 export async function readVersion(db: Db, type: string, id: string, versionId: number): Promise<StoredVersion> {

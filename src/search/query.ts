@@ -41,8 +41,8 @@ export type SortOrder = { by: '_lastUpdated' | '_id'; descending: boolean };
 
 export type SearchQuery = {
   resourceType: string;
-  /** Parameters left out under `Prefer: handling=lenient`, with why. */
-  ignored: string[];
+  /** Parameters left out under `Prefer: handling=lenient` (the name as given, modifier and chain included), with why. */
+  ignored: { parameter: string; reason: string }[];
   filters: Filter[];
   /** Chained parameters and _has, ANDed with the filters. */
   related: RelatedFilter[];
@@ -128,7 +128,7 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
       else search.filters.push(parseFilter(resourceType, name, modifier, value));
     } catch (error) {
       if (!lenient || !(error instanceof FhirError)) throw error;
-      search.ignored.push(`${key}: ${error.message}`);
+      search.ignored.push({ parameter: key, reason: error.message });
     }
   }
   return search;

@@ -34,14 +34,18 @@ export type SearchPage = {
   total?: number;
   /** The _page_token of the next page, if there is one. */
   nextPageToken?: string;
+  /** The _page_token of the page before, on a page reached by a token. */
+  previousPageToken?: string;
 };
 
-type Cursor = { sort: string; lastUpdated: string; id: string };
+/** A page token: the sort key of a row, and whether the page it starts is after that row (next) or before it (previous). */
+type Cursor = { sort: string; lastUpdated: string; id: string; direction: 'after' | 'before' };
 
 /**
  * Runs a search: one page of matches in keyset order (no OFFSET: a page token
- * is the last row's sort key, so inserts between pages move nothing), then its
- * _include and _revinclude resources.
+ * is a row's sort key, so inserts between pages move nothing), then its
+ * _include and _revinclude resources. A page before a token is read in the
+ * reverse order from the token, then turned round.
  */
 export async function searchResources(db: Db, query: SearchQuery): Promise<SearchPage> {
   const sort: SortOrder = query.sort ?? { by: '_lastUpdated', descending: false };
@@ -51,27 +55,35 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
   const where = sql.join([sql`resource_type = ${query.resourceType}`, matches(predicate), ...related], sql` AND `);
   if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, where) };
   const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
+  const backward = cursor?.direction === 'before';
+  // Read away from the token: forward after it, in the reverse order before it.
+  const readOrder: SortOrder = backward ? { ...sort, descending: !sort.descending } : sort;
 
   // The page's candidates, cut where their JSON passes pageBytes (in PostgreSQL, so that only what fits is sent).
   const rows = await sql<{ content: FhirResource; candidates: number }>`
     SELECT content, candidates FROM (
       SELECT content, count(*) OVER () :: int AS candidates,
-             sum(octet_length(content::text)) OVER (ORDER BY ${orderBy(sort)} ROWS UNBOUNDED PRECEDING) AS running,
-             row_number() OVER (ORDER BY ${orderBy(sort)}) AS position
+             sum(octet_length(content::text)) OVER (ORDER BY ${orderBy(readOrder)} ROWS UNBOUNDED PRECEDING) AS running,
+             row_number() OVER (ORDER BY ${orderBy(readOrder)}) AS position
       FROM (
         SELECT content, last_updated, id FROM fhir.resources
         WHERE ${where}
-          AND ${after(cursor, sort)}
-        ORDER BY ${orderBy(sort)}
+          AND ${beyond(cursor, readOrder)}
+        ORDER BY ${orderBy(readOrder)}
         LIMIT ${count + 1}) candidate
     ) sized
     WHERE position = 1 OR running <= ${pageBytes}
     ORDER BY position`.execute(db);
 
-  const matchesOnPage = rows.rows.slice(0, count).map((row) => row.content);
+  const read = rows.rows.slice(0, count).map((row) => row.content);
+  const matchesOnPage = backward ? read.reverse() : read;
+  const first = matchesOnPage[0];
   const last = matchesOnPage.at(-1);
   const cutBySize = (rows.rows[0]?.candidates ?? 0) > rows.rows.length;
-  const hasNext = (rows.rows.length > count || cutBySize) && last !== undefined;
+  // More rows beyond the page in the direction read; the other way lies the token's own page.
+  const moreBeyond = rows.rows.length > count || cutBySize;
+  const hasNext = last !== undefined && (backward || moreBeyond);
+  const hasPrevious = first !== undefined && (backward ? moreBeyond : cursor !== undefined);
 
   let total: number | undefined;
   if (query.total === 'accurate' || query.total === 'estimate') {
@@ -80,11 +92,14 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
     total = matchesOnPage.length;
   }
 
+  const tokenAt = (resource: FhirResource, direction: Cursor['direction']) =>
+    encodeCursor({ sort: sortKey(sort), lastUpdated: lastUpdatedOf(resource), id: resource.id!, direction });
   return {
     matches: query.elements === undefined ? matchesOnPage : matchesOnPage.map((resource) => subsetted(resource, query.elements!)),
     included: await includedResources(db, matchesOnPage, query.include, query.revinclude),
     ...(total === undefined ? {} : { total }),
-    ...(hasNext ? { nextPageToken: encodeCursor({ sort: sortKey(sort), lastUpdated: lastUpdatedOf(last), id: last.id! }) } : {}),
+    ...(hasNext ? { nextPageToken: tokenAt(last, 'after') } : {}),
+    ...(hasPrevious ? { previousPageToken: tokenAt(first, 'before') } : {}),
   };
 }
 
@@ -257,11 +272,12 @@ function matches(predicate: string | null, content: RawBuilder<unknown> = sql`co
   return predicate === null ? sql`true` : sql`${content} @@ ${predicate}::jsonpath`;
 }
 
-function after(cursor: Cursor | undefined, sort: SortOrder): RawBuilder<unknown> {
+/** The rows past the token in the order they are read: after it in `order`. */
+function beyond(cursor: Cursor | undefined, order: SortOrder): RawBuilder<unknown> {
   if (cursor === undefined) return sql`true`;
-  if (sort.by === '_id') return sort.descending ? sql`id < ${cursor.id}` : sql`id > ${cursor.id}`;
+  if (order.by === '_id') return order.descending ? sql`id < ${cursor.id}` : sql`id > ${cursor.id}`;
   const position = sql`(${cursor.lastUpdated}::timestamptz, ${cursor.id}::text)`;
-  return sort.descending ? sql`(last_updated, id) < ${position}` : sql`(last_updated, id) > ${position}`;
+  return order.descending ? sql`(last_updated, id) < ${position}` : sql`(last_updated, id) > ${position}`;
 }
 
 function orderBy(sort: SortOrder): RawBuilder<unknown> {
@@ -282,7 +298,8 @@ function keyOf(resource: FhirResource): string {
 }
 
 function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify([cursor.sort, cursor.lastUpdated, cursor.id])).toString('base64url');
+  const key = [cursor.sort, cursor.lastUpdated, cursor.id];
+  return Buffer.from(JSON.stringify(cursor.direction === 'after' ? key : [...key, cursor.direction])).toString('base64url');
 }
 
 /** meta.lastUpdated as the database renders it (fhir.format_instant), and a real date: a forged token must not reach the timestamptz cast. */
@@ -292,21 +309,24 @@ function isInstant(text: string): boolean {
   return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 19) === text.slice(0, 19);
 }
 
+/** A next token is [sort, lastUpdated, id]; a previous one adds 'before'. */
 function decodeCursor(token: string, expectedSort: string): Cursor {
   try {
-    const [sort, lastUpdated, id] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
+    const [sort, lastUpdated, id, direction = 'after', ...rest] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
     if (
       typeof sort === 'string' &&
       typeof lastUpdated === 'string' &&
       typeof id === 'string' &&
+      (direction === 'after' || direction === 'before') &&
+      rest.length === 0 &&
       sort === expectedSort &&
       isInstant(lastUpdated) &&
       fhirIdPattern.test(id)
     ) {
-      return { sort, lastUpdated, id };
+      return { sort, lastUpdated, id, direction };
     }
   } catch {
     // fall through to the refusal
   }
-  throw badRequest('Invalid _page_token: use the next link of the previous page, with the same _sort');
+  throw badRequest('Invalid _page_token: use the next or previous link of a page, with the same _sort');
 }

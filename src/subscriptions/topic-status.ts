@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
-import { splitQuery } from '../search/query.ts';
+import type { OperationInput } from '../fhir/parameters.ts';
 import { payloadContents, type PayloadContent } from '../topics/backport.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
@@ -72,15 +72,15 @@ function queryStatus(context: SubscriptionContext, row: TopicSubscription): Fhir
   return statusParameters(subjectOf(context, row), 'query-status', Number(row.last_event_number), [], row.error ?? undefined);
 }
 
-/** GET /Subscription/{id}/$status, or with `rawQuery` (`id`, `status`) the type-level form: a searchset Bundle of statuses. */
-export async function subscriptionStatus(db: Db, context: SubscriptionContext, caller: Caller, target: { id: string } | { rawQuery: string }): Promise<FhirResource> {
+/** $status of one subscription, or with `input` (`id`, `status`) the type-level form: a searchset Bundle of statuses. */
+export async function subscriptionStatus(db: Db, context: SubscriptionContext, caller: Caller, target: { id: string } | { input: OperationInput }): Promise<FhirResource> {
   let rows: TopicSubscription[];
   if ('id' in target) {
     rows = [await findTopicSubscription(db, caller, target.id)];
   } else {
     const ids: string[] = [];
     const statuses: string[] = [];
-    for (const [name, value] of splitQuery(target.rawQuery)) {
+    for (const [name, value] of target.input) {
       if (name === 'id') ids.push(...value.split(','));
       else if (name === 'status') statuses.push(...value.split(','));
       else throw refusal(`Unknown parameter '${name}' for $status (supported: id, status)`);
@@ -101,23 +101,19 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
   }
   const shown: TopicSubscription[] = [];
   for (const row of rows.slice(0, maxStatuses)) shown.push(await withMissedEventsNumbered(db, row));
-  return {
-    resourceType: 'Bundle',
-    id: randomUUID(),
-    type: 'searchset',
-    total: shown.length,
-    entry: [
-      ...shown.map((row) => {
-        const status = queryStatus(context, row);
-        return { fullUrl: `urn:uuid:${status.id as string}`, resource: status, search: { mode: 'match' } };
-      }),
-      ...(rows.length > maxStatuses ? [{ resource: information(`More than ${maxStatuses} subscriptions: the first ${maxStatuses} are shown; narrow with id or status`), search: { mode: 'outcome' } }] : []),
-    ],
-  };
+  const entry = [
+    ...shown.map((row) => {
+      const status = queryStatus(context, row);
+      return { fullUrl: `urn:uuid:${status.id as string}`, resource: status, search: { mode: 'match' } };
+    }),
+    ...(rows.length > maxStatuses ? [{ resource: information(`More than ${maxStatuses} subscriptions: the first ${maxStatuses} are shown; narrow with id or status`), search: { mode: 'outcome' } }] : []),
+  ];
+  // FHIR JSON has no empty arrays: no subscription, no entry.
+  return { resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: shown.length, ...(entry.length === 0 ? {} : { entry }) };
 }
 
 /**
- * GET /Subscription/{id}/$events: a history Bundle, the status (type
+ * $events of a subscription: a history Bundle, the status (type
  * query-event) first, then the events numbered eventsSinceNumber to
  * eventsUntilNumber (both included; by default every event held) that the
  * log still holds, at most maxEventsPerAnswer, with as much of each as
@@ -125,13 +121,13 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
  * for that are no longer held, or past this answer's limit, are said in an
  * OperationOutcome entry at the end.
  */
-export async function subscriptionEvents(db: Db, context: SubscriptionContext, caller: Caller, id: string, rawQuery: string): Promise<FhirResource> {
+export async function subscriptionEvents(db: Db, context: SubscriptionContext, caller: Caller, id: string, input: OperationInput): Promise<FhirResource> {
   const row = await withMissedEventsNumbered(db, await findTopicSubscription(db, caller, id));
   const last = Number(row.last_event_number);
   let since: number | undefined;
   let until: number | undefined;
   let content = row.payload_content;
-  for (const [name, value] of splitQuery(rawQuery)) {
+  for (const [name, value] of input) {
     if (name === 'eventsSinceNumber') since = eventNumber(name, value);
     else if (name === 'eventsUntilNumber') until = eventNumber(name, value);
     else if (name === 'content') {
@@ -156,7 +152,8 @@ export async function subscriptionEvents(db: Db, context: SubscriptionContext, c
   const subject = subjectOf(context, row, content);
   const described = await describeEvents(db, (row.topic_compiled as CompiledTopic).shapes, content, shown, () => undefined);
   const bundle = notificationBundle(statusParameters(subject, 'query-event', last, described, row.error ?? undefined), subject, described);
-  const eventsUrl = `${context.baseUrl}/fhir/resources/Subscription/${row.id}/$events${rawQuery === '' ? '' : `?${rawQuery}`}`;
+  const query = new URLSearchParams(input).toString();
+  const eventsUrl = `${context.baseUrl}/fhir/resources/Subscription/${row.id}/$events${query === '' ? '' : `?${query}`}`;
   const outcomeEntries = outcomes.map((text) => {
     const outcome = information(text);
     return { fullUrl: `urn:uuid:${outcome.id as string}`, resource: outcome, request: { method: 'GET', url: eventsUrl }, response: { status: '200' } };

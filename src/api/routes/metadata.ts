@@ -26,12 +26,13 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     instantiates: [backport.serverCapabilities],
     fhirVersion: '4.0.1',
     format: ['application/fhir+json', 'application/json'],
+    patchFormat: ['application/json-patch+json'],
     rest: [
       {
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
         resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities([]) : storedResourceCapabilities(type))),
-        interaction: [{ code: 'transaction' }, { code: 'batch' }],
+        interaction: ['transaction', 'batch', 'history-system'].map((code) => ({ code })),
         searchParam: [
           { name: '_has', type: 'special', documentation: 'Reverse chaining, one level: _has:Type:reference:parameter=value (also in subscription criteria).' },
           { name: '_summary', type: 'token', documentation: 'count only (REST search; not in subscription criteria).' },
@@ -67,10 +68,10 @@ function storedResourceCapabilities(type: string) {
     versioning: 'versioned-update',
     readHistory: true,
     updateCreate: true,
-    conditionalCreate: false,
-    conditionalUpdate: false,
-    conditionalDelete: 'not-supported',
-    interaction: ['read', 'vread', 'update', 'delete', 'history-instance', 'create', 'search-type'].map((code) => ({ code })),
+    conditionalCreate: true,
+    conditionalUpdate: true,
+    conditionalDelete: 'single',
+    interaction: ['read', 'vread', 'update', 'patch', 'delete', 'history-instance', 'history-type', 'create', 'search-type'].map((code) => ({ code })),
   };
 }
 
@@ -95,9 +96,10 @@ function subscriptionCapabilities(topics: string[]) {
       { name: 'url', type: 'uri' },
       { name: 'status', type: 'token' },
     ],
+    // An operation's name is its code without the '$' (invoked as $status).
     operation: [
-      { name: '$status', definition: backport.statusOperation },
-      { name: '$events', definition: backport.eventsOperation },
+      { name: 'status', definition: backport.statusOperation },
+      { name: 'events', definition: backport.eventsOperation },
     ],
   };
 }
@@ -131,13 +133,15 @@ function documentation(parameter: SearchParameter): string | undefined {
 function searchCapabilities(type: string) {
   const parameters = supportedParameters(type);
   const references = parameters.filter((parameter) => parameter.type === 'reference');
+  const revIncludes = [...resourceTypes].sort().flatMap((source) =>
+    supportedParameters(source)
+      .filter((parameter) => parameter.type === 'reference' && parameter.targets.includes(type))
+      .map(({ code }) => `${source}:${code}`),
+  );
   return {
     searchParam: parameters.map((parameter) => ({ name: parameter.code, type: parameter.type, documentation: documentation(parameter) })),
-    searchInclude: [...references.map(({ code }) => `${type}:${code}`), ...(references.length > 0 ? [`${type}:*`, '*'] : [])],
-    searchRevInclude: [...resourceTypes].sort().flatMap((source) =>
-      supportedParameters(source)
-        .filter((parameter) => parameter.type === 'reference' && parameter.targets.includes(type))
-        .map(({ code }) => `${source}:${code}`),
-    ),
+    // FHIR JSON has no empty arrays: a type without references has no searchInclude.
+    ...(references.length === 0 ? {} : { searchInclude: [...references.map(({ code }) => `${type}:${code}`), `${type}:*`, '*'] }),
+    ...(revIncludes.length === 0 ? {} : { searchRevInclude: revIncludes }),
   };
 }

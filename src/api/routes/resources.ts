@@ -1,19 +1,22 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
-import { badRequest } from '../../fhir/outcome.ts';
+import { FhirError, badRequest } from '../../fhir/outcome.ts';
 import { parseIfMatch } from '../../resources/bundle.ts';
+import { conditionOf, conditionalCreate, conditionalDelete, conditionalPatch, conditionalUpdate } from '../../resources/conditional.ts';
+import { parseHistoryQuery, readHistoryPage, type HistoryPage, type HistoryScope } from '../../resources/history.ts';
+import { asJsonPatch, jsonPatchMediaType, patchResource } from '../../resources/patch.ts';
 import {
   assertResourceBody,
   assertResourceId,
   assertResourceType,
   createResource,
   deleteResource,
-  readHistory,
   readResource,
   readVersion,
   updateResource,
-  type HistoryEntry,
 } from '../../resources/store.ts';
 import { fhirJson } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource } from '../schemas.ts';
@@ -29,6 +32,18 @@ const unknownType = operationOutcome.describe('Not an R4 resource type');
 const notKnown = operationOutcome.describe('No such resource (or type)');
 const tooLarge = operationOutcome.describe('The body is over 10 MiB');
 const ifMatchHeaders = z.object({ 'if-match': z.string().optional().describe('W/"<versionId>": write only if this is the current version') });
+const createHeaders = z.object({
+  'if-none-exist': z.string().optional().describe('Conditional create: search parameters (identifier=system|value); when one resource matches, it is returned and nothing is created'),
+});
+const conditionQuery = z.looseObject({}).describe('The condition: search parameters that select one resource (identifier=system|value)');
+const severalMatch = operationOutcome.describe('The condition selects more than one resource (multiple-matches)');
+const jsonPatch = z.array(z.looseObject({ op: z.string(), path: z.string() })).describe('A JSON Patch (RFC 6902), sent as application/json-patch+json');
+const unprocessable = operationOutcome.describe('The patch cannot apply: a test operation failed, or a path is not in the resource');
+const historyQuery = z.looseObject({
+  _since: z.string().optional().describe('Only versions written at or after this instant (2026-01-02T03:04:05Z)'),
+  _count: z.string().optional().describe('Versions per page, 1-1000 (default 100)'),
+  _page_token: z.string().optional().describe("The next or previous link's token"),
+});
 
 /** FHIR RESTful create, read, update, delete, history and vread for every R4 resource type. */
 export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = async (app, { db, serviceBase }) => {
@@ -44,15 +59,108 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         summary: 'Create a resource (the server assigns its id)',
         ...fhirOperation('Resources', 'createResource', true),
         params: typeParams,
+        headers: createHeaders,
         body: resourceBody,
-        response: { 201: resource.describe('Created: the resource as stored, with id and meta; Location, ETag and Last-Modified headers'), ...commonRefusals, 404: unknownType, 413: tooLarge },
+        response: {
+          201: resource.describe('Created: the resource as stored, with id and meta; Location, ETag and Last-Modified headers'),
+          200: resource.describe('If-None-Exist matched one resource: that resource, and nothing created'),
+          ...commonRefusals,
+          404: unknownType,
+          412: severalMatch,
+          413: tooLarge,
+        },
       },
     },
     async (request, reply) => {
       const { type } = request.params;
       assertResourceType(type);
       assertResourceBody(type, request.body);
-      return sendVersion(reply, 201, await createResource(db, type, request.body), { serviceBase, location: true });
+      const ifNoneExist = request.headers['if-none-exist'];
+      const result = ifNoneExist === undefined ? await createResource(db, type, request.body) : await conditionalCreate(db, type, request.body, conditionOf(type, ifNoneExist));
+      return sendVersion(reply, result.created ? 201 : 200, result, { serviceBase, location: true });
+    },
+  );
+
+  app.put(
+    '/:type',
+    {
+      schema: {
+        summary: 'Conditional update: update the one resource the search parameters select, or create it when none does',
+        ...fhirOperation('Resources', 'conditionalUpdate', true),
+        params: typeParams,
+        querystring: conditionQuery,
+        body: resourceBody,
+        response: { 200: resource.describe('Updated: the new version'), 201: resource.describe('Created: nothing matched'), ...commonRefusals, 404: unknownType, 412: severalMatch, 413: tooLarge },
+      },
+    },
+    async (request, reply) => {
+      const { type } = request.params;
+      assertResourceType(type);
+      assertResourceBody(type, request.body);
+      const result = await conditionalUpdate(db, type, request.body, requiredCondition(request.url, `PUT ${type}`));
+      return sendVersion(reply, result.created ? 201 : 200, result, { serviceBase, location: true });
+    },
+  );
+
+  app.delete(
+    '/:type',
+    {
+      schema: {
+        summary: 'Conditional delete: delete the one resource the search parameters select',
+        ...fhirOperation('Resources', 'conditionalDelete'),
+        params: typeParams,
+        querystring: conditionQuery,
+        response: { 204: z.undefined().describe("Deleted (ETag names the deletion's version), or nothing matched (no ETag)"), ...commonRefusals, 404: unknownType, 412: severalMatch },
+      },
+    },
+    async (request, reply) => {
+      const { type } = request.params;
+      assertResourceType(type);
+      const { versionId } = await conditionalDelete(db, type, requiredCondition(request.url, `DELETE ${type}`));
+      if (versionId !== undefined) reply.header('etag', `W/"${versionId}"`);
+      return reply.code(204).send();
+    },
+  );
+
+  app.patch(
+    '/:type/:id',
+    {
+      schema: {
+        summary: 'Patch a resource with a JSON Patch',
+        ...fhirOperation('Resources', 'patchResource', true),
+        consumes: [jsonPatchMediaType],
+        params: instanceParams,
+        headers: ifMatchHeaders,
+        body: jsonPatch,
+        response: { 200: resource.describe('Patched: the new version'), ...commonRefusals, 404: notKnown, 410: operationOutcome.describe('Deleted'), 412: operationOutcome.describe('If-Match names a version that is not the current one'), 415: operationOutcome.describe('Not a JSON Patch (FHIRPath Patch is not supported)'), 422: unprocessable },
+      },
+    },
+    async (request, reply) => {
+      const { type, id } = request.params;
+      checkInstance(type, id);
+      const operations = jsonPatchOf(request.headers['content-type'], request.body);
+      return sendVersion(reply, 200, await patchResource(db, type, id, operations, optionalIfMatch(request.headers['if-match'])), { serviceBase, location: true });
+    },
+  );
+
+  app.patch(
+    '/:type',
+    {
+      schema: {
+        summary: 'Conditional patch: patch the one resource the search parameters select',
+        ...fhirOperation('Resources', 'conditionalPatch', true),
+        consumes: [jsonPatchMediaType],
+        params: typeParams,
+        querystring: conditionQuery,
+        body: jsonPatch,
+        response: { 200: resource.describe('Patched: the new version'), ...commonRefusals, 404: notKnown, 412: severalMatch, 415: operationOutcome.describe('Not a JSON Patch'), 422: unprocessable },
+      },
+    },
+    async (request, reply) => {
+      const { type } = request.params;
+      assertResourceType(type);
+      const operations = jsonPatchOf(request.headers['content-type'], request.body);
+      return sendVersion(reply, 200, await conditionalPatch(db, type, operations, requiredCondition(request.url, `PATCH ${type}`)), { serviceBase, location: true });
     },
   );
 
@@ -122,6 +230,37 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     },
   );
 
+  const history = (scope: HistoryScope, request: FastifyRequest, reply: FastifyReply) => {
+    const rawQuery = rawQueryOf(request.url);
+    return readHistoryPage(db, scope, parseHistoryQuery(rawQuery)).then((page) => reply.type(fhirJson).send(historyBundle(page, historyUrl(serviceBase, scope), rawQuery, serviceBase)));
+  };
+  const historyResponses = { 200: bundle.describe('A history Bundle, newest first; deletions are entries without a resource; next and previous links'), ...commonRefusals };
+
+  app.get(
+    '/_history',
+    {
+      schema: { summary: 'History of every resource (system history), newest version first', ...fhirOperation('Resources', 'readSystemHistory'), querystring: historyQuery, response: historyResponses },
+    },
+    async (request, reply) => history({}, request, reply),
+  );
+
+  app.get(
+    '/:type/_history',
+    {
+      schema: {
+        summary: 'History of every resource of a type, newest version first',
+        ...fhirOperation('Resources', 'readTypeHistory'),
+        params: typeParams,
+        querystring: historyQuery,
+        response: { ...historyResponses, 404: unknownType },
+      },
+    },
+    async (request, reply) => {
+      assertResourceType(request.params.type);
+      return history({ type: request.params.type }, request, reply);
+    },
+  );
+
   app.get(
     '/:type/:id/_history',
     {
@@ -129,14 +268,14 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         summary: 'History of a resource, newest version first',
         ...fhirOperation('Resources', 'readHistory'),
         params: instanceParams,
-        response: { 200: bundle.describe('A history Bundle; deletions are entries without a resource'), ...commonRefusals, 404: notKnown },
+        querystring: historyQuery,
+        response: { ...historyResponses, 404: notKnown },
       },
     },
     async (request, reply) => {
       const { type, id } = request.params;
       checkInstance(type, id);
-      const versions = await readHistory(db, type, id);
-      return reply.type(fhirJson).send(historyBundle(versions, type, id, `${serviceBase}/${type}/${id}`));
+      return history({ type, id }, request, reply);
     },
   );
 
@@ -163,28 +302,61 @@ function optionalIfMatch(header: string | undefined): number | undefined {
   return header === undefined ? undefined : parseIfMatch(header);
 }
 
-/** A `history` Bundle, newest version first, as FHIR's _history interaction returns it. */
-function historyBundle(versions: HistoryEntry[], type: string, id: string, resourceUrl: string) {
+function rawQueryOf(url: string): string {
+  const questionMark = url.indexOf('?');
+  return questionMark === -1 ? '' : url.slice(questionMark + 1);
+}
+
+/** The condition of a conditional update, delete or patch: the URL's query, which must name one. */
+function requiredCondition(url: string, interaction: string): string {
+  const condition = rawQueryOf(url);
+  if (condition === '') throw badRequest(`${interaction} needs search parameters that select one resource (${interaction}?identifier=system|value), or an id (${interaction}/id)`);
+  return condition;
+}
+
+/** The JSON Patch of a PATCH request: only application/json-patch+json is taken (not FHIRPath Patch, a Parameters body). */
+function jsonPatchOf(contentType: string | undefined, body: unknown) {
+  if (!contentType?.toLowerCase().startsWith(jsonPatchMediaType)) {
+    throw new FhirError(415, 'not-supported', `PATCH takes a JSON Patch as ${jsonPatchMediaType}, not ${contentType ?? 'no Content-Type'} (FHIRPath Patch is not supported)`);
+  }
+  return asJsonPatch(body);
+}
+
+function historyUrl(serviceBase: string, scope: HistoryScope): string {
+  if (scope.type === undefined) return `${serviceBase}/_history`;
+  return scope.id === undefined ? `${serviceBase}/${scope.type}/_history` : `${serviceBase}/${scope.type}/${scope.id}/_history`;
+}
+
+/**
+ * A `history` Bundle, newest version first, as FHIR's history interactions
+ * return it: each version with the request that wrote it (POST for the first
+ * version, or the first after a deletion; PUT; DELETE, without a resource).
+ */
+function historyBundle(page: HistoryPage, url: string, rawQuery: string, serviceBase: string) {
+  const pairs = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
+  const withToken = (token: string) => `${url}?${[...pairs, `_page_token=${encodeURIComponent(token)}`].join('&')}`;
+  const entries = page.versions.map(({ resource, versionId, lastUpdated, deleted, created }) => {
+    const { resourceType: type, id } = resource as { resourceType: string; id: string };
+    const request = deleted ? { method: 'DELETE', url: `${type}/${id}` } : created ? { method: 'POST', url: type } : { method: 'PUT', url: `${type}/${id}` };
+    const status = deleted ? '204 No Content' : created ? '201 Created' : '200 OK';
+    return {
+      fullUrl: `${serviceBase}/${type}/${id}`,
+      ...(deleted ? {} : { resource }),
+      request,
+      response: { status, etag: `W/"${versionId}"`, lastModified: lastUpdated },
+    };
+  });
   return {
     resourceType: 'Bundle' as const,
+    id: randomUUID(),
     type: 'history' as const,
-    total: versions.length,
-    link: [{ relation: 'self', url: `${resourceUrl}/_history` }],
-    entry: versions.map((version, index) => {
-      const previous = versions[index + 1];
-      const created = previous === undefined || previous.deleted;
-      const request = version.deleted
-        ? { method: 'DELETE', url: `${type}/${id}` }
-        : created
-          ? { method: 'POST', url: type }
-          : { method: 'PUT', url: `${type}/${id}` };
-      const status = version.deleted ? '204 No Content' : created ? '201 Created' : '200 OK';
-      return {
-        fullUrl: resourceUrl,
-        ...(version.deleted ? {} : { resource: version.resource }),
-        request,
-        response: { status, etag: `W/"${version.versionId}"`, lastModified: version.lastUpdated },
-      };
-    }),
+    ...(page.total === undefined ? {} : { total: page.total }),
+    link: [
+      { relation: 'self', url: rawQuery === '' ? url : `${url}?${rawQuery}` },
+      ...(page.previousPageToken === undefined ? [] : [{ relation: 'previous', url: withToken(page.previousPageToken) }]),
+      ...(page.nextPageToken === undefined ? [] : [{ relation: 'next', url: withToken(page.nextPageToken) }]),
+    ],
+    // FHIR JSON has no empty arrays: a page without versions has no entry.
+    ...(entries.length === 0 ? {} : { entry: entries }),
   };
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Db } from '../../db/database.ts';
 import type { FhirResource } from '../../db/schema.ts';
-import { parseSearchQuery } from '../../search/query.ts';
+import { parseSearchQuery, type SearchQuery } from '../../search/query.ts';
 import { searchResources, type SearchPage } from '../../search/search.ts';
 import { assertResourceType } from '../../resources/store.ts';
 import { z } from 'zod';
@@ -51,7 +51,7 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
     const lenient = /(^|[;,\s])handling=lenient\b/.test(String(request.headers.prefer ?? ''));
     const query = parseSearchQuery(type, rawQuery, { lenient });
     const page = await searchResources(db, query);
-    return reply.type(fhirJson).send(searchsetBundle(page, query.ignored, `${serviceBase}/${type}`, rawQuery, serviceBase));
+    return reply.type(fhirJson).send(searchsetBundle(page, query, `${serviceBase}/${type}`, rawQuery, serviceBase));
   };
 
   app.get<{ Params: { type: string } }>(
@@ -92,9 +92,17 @@ function rawQueryOf(url: string): string {
   return questionMark === -1 ? '' : url.slice(questionMark + 1);
 }
 
-function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string, rawQuery: string, serviceBase: string) {
-  const withoutToken = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
+/**
+ * The searchset Bundle of one page. Its self link is the search as run: the
+ * parameters used, without those left out under `Prefer: handling=lenient`
+ * (FHIR: self shows what was used) and without the page token; next and
+ * previous carry the token of the page after or before.
+ */
+function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string, rawQuery: string, serviceBase: string) {
+  const ignoredNames = new Set(query.ignored.map((ignored) => ignored.parameter));
+  const used = splitRawQuery(rawQuery).filter(({ name }) => name !== '_page_token' && !ignoredNames.has(name)).map(({ pair }) => pair);
   const url = (pairs: string[]) => (pairs.length === 0 ? searchUrl : `${searchUrl}?${pairs.join('&')}`);
+  const withToken = (token: string) => url([...used, `_page_token=${encodeURIComponent(token)}`]);
   const entry = (mode: 'match' | 'include') => (resource: FhirResource) => ({
     fullUrl: `${serviceBase}/${resource.resourceType}/${resource.id}`,
     resource,
@@ -104,9 +112,17 @@ function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string,
     ...page.matches.map(entry('match')),
     ...page.included.map(entry('include')),
     // Under Prefer: handling=lenient, what was left out of the search, as FHIR's search.mode "outcome".
-    ...(ignored.length === 0
+    ...(query.ignored.length === 0
       ? []
-      : [{ resource: { resourceType: 'OperationOutcome', issue: ignored.map((text) => ({ severity: 'warning', code: 'not-supported', details: { text } })) }, search: { mode: 'outcome' } }]),
+      : [
+          {
+            resource: {
+              resourceType: 'OperationOutcome',
+              issue: query.ignored.map(({ parameter, reason }) => ({ severity: 'warning', code: 'not-supported', details: { text: `${parameter}: ${reason}` } })),
+            },
+            search: { mode: 'outcome' },
+          },
+        ]),
   ];
   return {
     resourceType: 'Bundle',
@@ -114,12 +130,28 @@ function searchsetBundle(page: SearchPage, ignored: string[], searchUrl: string,
     type: 'searchset',
     ...(page.total === undefined ? {} : { total: page.total }),
     link: [
-      { relation: 'self', url: url(rawQuery.split('&').filter((pair) => pair !== '')) },
-      ...(page.nextPageToken === undefined
-        ? []
-        : [{ relation: 'next', url: url([...withoutToken, `_page_token=${encodeURIComponent(page.nextPageToken)}`]) }]),
+      { relation: 'self', url: url(query.pageToken === undefined ? used : [...used, `_page_token=${encodeURIComponent(query.pageToken)}`]) },
+      ...(page.previousPageToken === undefined ? [] : [{ relation: 'previous', url: withToken(page.previousPageToken) }]),
+      ...(page.nextPageToken === undefined ? [] : [{ relation: 'next', url: withToken(page.nextPageToken) }]),
     ],
     // FHIR JSON has no empty arrays: a page without resources (_summary=count) has no entry.
     ...(entries.length === 0 ? {} : { entry: entries }),
   };
+}
+
+/** The raw `name=value` pairs of a query, each with its decoded name (modifier included) to compare with what the parser reports. */
+function splitRawQuery(rawQuery: string): { name: string; pair: string }[] {
+  return rawQuery
+    .split('&')
+    .filter((pair) => pair !== '')
+    .map((pair) => {
+      const rawName = pair.includes('=') ? pair.slice(0, pair.indexOf('=')) : pair;
+      let name = rawName;
+      try {
+        name = decodeURIComponent(rawName);
+      } catch {
+        // the parser has refused such a query already
+      }
+      return { name, pair };
+    });
 }

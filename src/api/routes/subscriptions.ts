@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { FastifyError, FastifyPluginAsync } from 'fastify';
+import type { FastifyError, FastifyPluginAsync, FastifyRequest, FastifySchema, RouteHandlerMethod } from 'fastify';
 import type { Db } from '../../db/database.ts';
 import { FhirError } from '../../fhir/outcome.ts';
+import { parametersAsInput, type OperationInput } from '../../fhir/parameters.ts';
+import { splitQuery } from '../../search/query.ts';
 import {
   readSubscription,
   searchSubscriptions,
@@ -103,55 +105,66 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
     },
   );
 
-  app.get(
-    '/Subscription/$status',
-    {
-      schema: {
-        summary: 'The status of topic-based subscriptions (Backport IG $status, type level)',
-        description: 'A searchset Bundle of status Parameters (type query-status), one per topic-based subscription the key may see, narrowed by id and status.',
-        ...fhirOperation('Subscriptions', 'subscriptionsStatus'),
-        querystring: z.looseObject({
-          id: z.string().optional().describe('Subscription ids, comma-separated or repeated'),
-          status: z.string().optional().describe('requested, active, error or off, comma-separated'),
-        }),
-        response: { 200: bundle.describe('A searchset Bundle of backport-subscription-status-r4 Parameters'), ...commonRefusals },
-      },
-    },
-    async (request, reply) => reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { rawQuery: rawQueryOf(request.url) })),
-  );
+  /** An operation's input: the URL's parameters, and those of a Parameters body when it was invoked by POST. */
+  const operationInput = (request: FastifyRequest): OperationInput => [...splitQuery(rawQueryOf(request.url)), ...parametersAsInput(request.body)];
+  const parametersBody = resource.optional().describe('A Parameters resource with the same parameters as the GET form (valueString, valueCode, valueInteger, …); none at all is fine');
+  /** An operation is served by GET and by POST (FHIR: every operation may be invoked by POST); only the POST has a body. */
+  const byGetAndPost = (route: { url: string; schema: FastifySchema & { operationId: string }; handler: RouteHandlerMethod }) => {
+    app.route({ ...route, method: 'GET' });
+    app.route({ ...route, method: 'POST', schema: { ...route.schema, ...fhirOperation('Subscriptions', `${route.schema.operationId}ByPost`, true), body: parametersBody } });
+  };
 
-  app.get<{ Params: { id: string } }>(
-    '/Subscription/:id/$status',
-    {
-      schema: {
-        summary: "A topic-based subscription's status (Backport IG $status)",
-        description: 'Its state, its error and events-since-subscription-start: the number of its latest event.',
-        ...fhirOperation('Subscriptions', 'subscriptionStatus'),
-        params: z.object({ id: z.string().describe("The subscription's id") }),
-        response: { 200: bundle.describe('A searchset Bundle of one backport-subscription-status-r4 Parameters'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
-      },
+  byGetAndPost({
+    url: '/Subscription/$status',
+    schema: {
+      summary: 'The status of topic-based subscriptions (Backport IG $status, type level)',
+      description: 'A searchset Bundle of status Parameters (type query-status), one per topic-based subscription the key may see, narrowed by id and status. By GET, or by POST with a Parameters body.',
+      ...fhirOperation('Subscriptions', 'subscriptionsStatus'),
+      querystring: z.looseObject({
+        id: z.string().optional().describe('Subscription ids, comma-separated or repeated'),
+        status: z.string().optional().describe('requested, active, error or off, comma-separated'),
+      }),
+      response: { 200: bundle.describe('A searchset Bundle of backport-subscription-status-r4 Parameters'), ...commonRefusals },
     },
-    async (request, reply) => reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { id: request.params.id })),
-  );
+    handler: async (request, reply) => reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { input: operationInput(request) })),
+  });
 
-  app.get<{ Params: { id: string } }>(
-    '/Subscription/:id/$events',
-    {
-      schema: {
-        summary: "A topic-based subscription's events still held, by number (Backport IG $events)",
-        description: `How a client that saw a gap in the event numbers gets what it missed: a history Bundle, the status (type query-event) first, then the events, at most ${maxEventsPerAnswer} per answer. Numbers no longer held are said in an OperationOutcome entry.`,
-        ...fhirOperation('Subscriptions', 'subscriptionEvents'),
-        params: z.object({ id: z.string().describe("The subscription's id") }),
-        querystring: z.looseObject({
-          eventsSinceNumber: z.string().optional().describe('The first event number (default: the oldest held)'),
-          eventsUntilNumber: z.string().optional().describe('The last event number (default: the latest)'),
-          content: z.enum(['empty', 'id-only', 'full-resource']).optional().describe("How much of each event (default: the subscription's payload content)"),
-        }),
-        response: { 200: bundle.describe('A history Bundle: backport-subscription-status-r4 Parameters, then the events'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
-      },
+  byGetAndPost({
+    url: '/Subscription/:id/$status',
+    schema: {
+      summary: "A topic-based subscription's status (Backport IG $status)",
+      description: 'Its state, its error and events-since-subscription-start: the number of its latest event. By GET, or by POST (no parameters).',
+      ...fhirOperation('Subscriptions', 'subscriptionStatus'),
+      params: z.object({ id: z.string().describe("The subscription's id") }),
+      response: { 200: bundle.describe('A searchset Bundle of one backport-subscription-status-r4 Parameters'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
     },
-    async (request, reply) => reply.type(fhirJson).send(await subscriptionEvents(db, context, callerOf(request), request.params.id, rawQueryOf(request.url))),
-  );
+    handler: async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const input = operationInput(request);
+      if (input.length > 0) throw refusal(`$status of one subscription takes no parameters (given: ${input.map(([name]) => name).join(', ')})`);
+      return reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { id }));
+    },
+  });
+
+  byGetAndPost({
+    url: '/Subscription/:id/$events',
+    schema: {
+      summary: "A topic-based subscription's events still held, by number (Backport IG $events)",
+      description: `How a client that saw a gap in the event numbers gets what it missed: a history Bundle, the status (type query-event) first, then the events, at most ${maxEventsPerAnswer} per answer. Numbers no longer held are said in an OperationOutcome entry. By GET, or by POST with a Parameters body.`,
+      ...fhirOperation('Subscriptions', 'subscriptionEvents'),
+      params: z.object({ id: z.string().describe("The subscription's id") }),
+      querystring: z.looseObject({
+        eventsSinceNumber: z.string().optional().describe('The first event number (default: the oldest held)'),
+        eventsUntilNumber: z.string().optional().describe('The last event number (default: the latest)'),
+        content: z.enum(['empty', 'id-only', 'full-resource']).optional().describe("How much of each event (default: the subscription's payload content)"),
+      }),
+      response: { 200: bundle.describe('A history Bundle: backport-subscription-status-r4 Parameters, then the events'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+    },
+    handler: async (request, reply) => {
+      const { id } = request.params as { id: string };
+      return reply.type(fhirJson).send(await subscriptionEvents(db, context, callerOf(request), id, operationInput(request)));
+    },
+  });
 
   app.post<{ Params: { id: string } }>(
     '/Subscription/:id/$resend',
@@ -226,11 +239,11 @@ function resendAnswer({ queued, skipped }: ResendOutcome): Record<string, unknow
     ...(event.eventNumber === null ? [] : [{ name: 'eventNumber', valueString: String(event.eventNumber) }]),
     { name: 'resource', valueReference: { reference: event.resource } },
   ];
-  return {
-    resourceType: 'Parameters',
-    parameter: [
-      ...queued.map((event) => ({ name: 'queued', part: parts(event) })),
-      ...skipped.map((event) => ({ name: 'skipped', part: [...parts(event), { name: 'reason', valueString: event.reason }] })),
-    ],
-  };
+  const parameter: Record<string, unknown>[] = [
+    ...queued.map((event) => ({ name: 'queued', part: parts(event) })),
+    ...skipped.map((event) => ({ name: 'skipped', part: [...parts(event), { name: 'reason', valueString: event.reason }] })),
+  ];
+  // FHIR JSON has no empty arrays: when nothing matched (only failedSince can match nothing), the answer says so.
+  if (parameter.length === 0) parameter.push({ name: 'outcome', valueString: 'Nothing to resend: no event failed for good since then' });
+  return { resourceType: 'Parameters', parameter };
 }
