@@ -234,6 +234,10 @@ CREATE TABLE webhook.worker_pools (
 );
 COMMENT ON COLUMN webhook.worker_pools.kind IS 'graphile-worker: a graphile-worker pool (its id is what its jobs hold in locked_by); event-sender: a process sending subscription events (what webhook.subscription_streams.claimed_by holds).';
 
+CREATE INDEX resource_history_by_time ON fhir.resource_history USING btree (last_updated, resource_type, id, version_id);
+
+CREATE INDEX resource_history_by_type_and_time ON fhir.resource_history USING btree (resource_type, last_updated, id, version_id);
+
 CREATE INDEX resources_by_type_and_last_updated ON fhir.resources USING btree (resource_type, last_updated, id);
 
 CREATE INDEX resources_content ON fhir.resources USING gin (content jsonb_path_ops);
