@@ -26,7 +26,7 @@ const parametersBody = z.object({
  * refused: the operations that read input this way take primitives only.
  */
 export function parametersAsInput(body: unknown): OperationInput {
-  if (body === undefined) return [];
+  if (body === undefined || body === null) return [];
   const parsed = parametersBody.safeParse(body);
   if (!parsed.success) throw badRequest(`The body must be a Parameters resource: ${parsed.error.issues[0]!.message}`, 'structure');
   return (parsed.data.parameter ?? []).map((item) => {

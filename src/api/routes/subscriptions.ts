@@ -107,7 +107,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
 
   /** An operation's input: the URL's parameters, and those of a Parameters body when it was invoked by POST. */
   const operationInput = (request: FastifyRequest): OperationInput => [...splitQuery(rawQueryOf(request.url)), ...parametersAsInput(request.body)];
-  const parametersBody = resource.optional().describe('A Parameters resource with the same parameters as the GET form (valueString, valueCode, valueInteger, …); none at all is fine');
+  const parametersBody = resource.nullish().describe('A Parameters resource with the same parameters as the GET form (valueString, valueCode, valueInteger, …); none at all is fine');
   /** An operation is served by GET and by POST (FHIR: every operation may be invoked by POST); only the POST has a body. */
   const byGetAndPost = (route: { url: string; schema: FastifySchema & { operationId: string }; handler: RouteHandlerMethod }) => {
     app.route({ ...route, method: 'GET' });
