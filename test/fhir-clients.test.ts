@@ -50,7 +50,7 @@ async function refusal(call: Promise<unknown>): Promise<{ status: number; text: 
     () => expect.fail('the call succeeded'),
     (rejected: unknown) => rejected,
   )) as { response?: { status: number; data: Json } };
-  expect(error.response, String(error)).toBeDefined();
+  expect(error.response, 'the call failed without an HTTP answer').toBeDefined();
   return { status: error.response!.status, text: error.response!.data.issue?.[0]?.details?.text ?? '' };
 }
 
