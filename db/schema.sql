@@ -260,7 +260,7 @@ CREATE INDEX subscriptions_by_creation ON webhook.subscriptions USING btree (cre
 
 CREATE INDEX subscriptions_by_creator ON webhook.subscriptions USING btree (created_by_api_key, created_at, id);
 
-CREATE INDEX subscriptions_by_criteria_and_creation ON webhook.subscriptions USING btree (criteria, created_at);
+CREATE INDEX subscriptions_by_criteria_digest_and_creation ON webhook.subscriptions USING btree (webhook.criteria_digest(criteria), created_at);
 
 CREATE INDEX subscriptions_by_resource_type ON webhook.subscriptions USING btree (resource_type, status);
 
@@ -1008,7 +1008,7 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  RETURNS boolean
  LANGUAGE sql
  STABLE PARALLEL SAFE
-RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
+RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((webhook.criteria_digest(newer.criteria) = webhook.criteria_digest(this.criteria)) AND (newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
 
 CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interaction text, previous jsonb, current jsonb)
  RETURNS boolean

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { Client } from 'fhir-kit-client';
+import { Client, type PaginationParams } from 'fhir-kit-client';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
@@ -43,6 +43,9 @@ afterAll(async () => {
   await receiver.close();
   await t.close();
 });
+
+/** A Bundle as fhir-kit-client's nextPage and prevPage take it. */
+const pageOf = (bundle: Json) => ({ bundle: bundle as PaginationParams['bundle'] });
 
 /** What a rejected fhir-kit-client call carried: the HTTP status and the OperationOutcome. */
 async function refusal(call: Promise<unknown>): Promise<{ status: number; text: string }> {
@@ -275,7 +278,7 @@ describe('fhir-kit-client against the service', () => {
   it('history() at type and system level: newest first, _since and _count, nextPage and prevPage; deletions without a resource', async () => {
     const since = new Date().toISOString();
     const created = (await client.create({ resourceType: 'Basic', body: { resourceType: 'Basic', code: { text: 'history' } } })) as Json;
-    await client.update({ resourceType: 'Basic', id: created.id as string, body: { ...created, code: { text: 'history, twice' } } });
+    await client.update({ resourceType: 'Basic', id: created.id as string, body: { ...created, resourceType: 'Basic', code: { text: 'history, twice' } } });
     await client.delete({ resourceType: 'Basic', id: created.id as string });
     await client.create({ resourceType: 'Flag', body: { resourceType: 'Flag', status: 'active', code: { text: 'h' }, subject: { reference: 'Patient/x' } } });
 
@@ -289,10 +292,10 @@ describe('fhir-kit-client against the service', () => {
 
     const page1 = (await client.request(`_history?_since=${since}&_count=2`)) as Json;
     expect(page1.entry.map((entry: Json) => entry.fullUrl.split('/').slice(-2)[0])).toEqual(['Flag', 'Basic']);
-    const page2 = (await client.nextPage({ bundle: page1 })) as Json;
+    const page2 = (await client.nextPage(pageOf(page1))) as Json;
     expect(page2.entry.map((entry: Json) => entry.response.etag)).toEqual(['W/"2"', 'W/"1"']);
     expect(page2.link.some((link: Json) => link.relation === 'next')).toBe(false);
-    const back = (await client.prevPage({ bundle: page2 })) as Json;
+    const back = (await client.prevPage(pageOf(page2))) as Json;
     expect(back.entry.map((entry: Json) => entry.fullUrl)).toEqual(page1.entry.map((entry: Json) => entry.fullUrl));
 
     const systemHistory = (await client.systemHistory()) as Json;
@@ -302,8 +305,8 @@ describe('fhir-kit-client against the service', () => {
 
   it('nextPage() and prevPage() walk a search both ways', async () => {
     const page1 = (await client.search({ resourceType: 'Patient', searchParams: { family: 'Kit', _count: 2 } })) as Json;
-    const page2 = (await client.nextPage({ bundle: page1 })) as Json;
-    const back = (await client.prevPage({ bundle: page2 })) as Json;
+    const page2 = (await client.nextPage(pageOf(page1))) as Json;
+    const back = (await client.prevPage(pageOf(page2))) as Json;
     expect(back.entry.map((entry: Json) => entry.fullUrl)).toEqual(page1.entry.map((entry: Json) => entry.fullUrl));
     expect(page1.link.some((link: Json) => link.relation === 'previous')).toBe(false);
   });

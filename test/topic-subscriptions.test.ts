@@ -134,7 +134,7 @@ describe('creating a subscription on a topic', () => {
     ['a chain', { filters: ['Encounter?patient.name=x'] }, 'chains and _has are not filters a topic offers'],
     ['a payload content the IG does not define', { content: 'everything' }, "backport-payload-content must be empty, id-only, full-resource"],
     ['a timeout beyond the response budget', { channelExtensions: [{ url: `${ig}/backport-timeout`, valueUnsignedInt: 16 }] }, 'backport-timeout is 16 seconds; this service waits at most 15 seconds'],
-    ['a filter longer than a criteria may be', { filters: [`Encounter?patient=${'x'.repeat(2100)}`] }, 'A backport-filter-criteria is 2,118 characters long; the limit is 2,048'],
+    ['a filter longer than a criteria may be', { filters: [`Encounter?${'patient=x&'.repeat(1700)}`] }, 'A backport-filter-criteria is 17,010 characters long; the limit is 16,384'],
     ['a max-count of 0', { channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 0 }] }, 'backport-max-count must be a positive whole number'],
   ])('refuses %s with a 400 naming it', async (_name, options, reason) => {
     const response = await t.fhir('POST', '/Subscription', topicSubscription(options));

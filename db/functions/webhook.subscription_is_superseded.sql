@@ -1,11 +1,14 @@
 -- Whether a newer subscription has the same criteria (for a topic-based
 -- one, the same topic and filters): a subscription in error that is
--- superseded is never reactivated, its successor being the live one.
+-- superseded is never reactivated, its successor being the live one. The
+-- criteria are compared by digest first (the index
+-- subscriptions_by_criteria_digest_and_creation), then as text.
 CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uuid) RETURNS boolean
   LANGUAGE sql STABLE PARALLEL SAFE
   RETURN EXISTS (
     SELECT 1
     FROM webhook.subscriptions this
     JOIN webhook.subscriptions newer
-      ON newer.criteria = this.criteria AND newer.filter_criteria IS NOT DISTINCT FROM this.filter_criteria AND newer.created_at > this.created_at
+      ON webhook.criteria_digest(newer.criteria) = webhook.criteria_digest(this.criteria)
+     AND newer.criteria = this.criteria AND newer.filter_criteria IS NOT DISTINCT FROM this.filter_criteria AND newer.created_at > this.created_at
     WHERE this.id = subscription_is_superseded.subscription_id);

@@ -3,6 +3,7 @@ import { isResourceType } from '../fhir/definitions.ts';
 import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
 import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
+import { maxQueryLength } from '../search/query.ts';
 import { backport, payloadContents, type PayloadContent } from '../topics/backport.ts';
 
 /**
@@ -163,15 +164,13 @@ function isHttpUrl(text: string): boolean {
 }
 
 /**
- * Criteria longer than this are refused: real ones are a few dozen characters, and each is compiled and evaluated on every write
- * of its type. The search parser bounds each parameter as well (maxAlternativeLength per comma-separated alternative,
- * maxAlternatives of them), so `_id=` with 30 UUIDs passes. Not yet the search's maxQueryLength (16,384):
- * webhook.subscriptions_by_criteria_and_creation (migration 0005) is a btree on the criteria string itself, whose entry holds at
- * most 2,704 bytes after compression; a criteria past that fails the insert with a 500 (already so for 2,000 random CJK
- * characters, 3 bytes each). Raising this waits for a migration moving that index to webhook.criteria_digest(criteria), as 0011
- * did for the uniqueness index.
+ * Criteria longer than a search's whole query are refused: the search parser
+ * bounds each parameter as well (maxAlternativeLength per comma-separated
+ * alternative, maxAlternatives of them), so `_id=` with 30 UUIDs or a name
+ * with 51 alternatives of 200 characters pass. The indexes on criteria hold
+ * its digest (migrations 0011 and 0023), so any length fits them.
  */
-export const maxCriteriaLength = 2048;
+export const maxCriteriaLength = maxQueryLength;
 
 export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): SubscriptionRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw refusal('The body must be a Subscription resource (a JSON object)');

@@ -85,7 +85,7 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
         break;
       }
       case 'criteria':
-        query = query.where('criteria', '=', value);
+        query = query.where(sameCriteria(value));
         break;
       case 'url':
         // An endpoint with credentials is stored as shown: the rows shown alike are told apart once read (below).
@@ -206,7 +206,7 @@ function filtersText(filterCriteria: string[] | null | undefined): string {
 async function switchOff(db: Db, { criteria, filterCriteria }: Extract<SubscriptionRequest, { status: 'off' }>, caller: Caller): Promise<Row> {
   const ending = await visibleTo(db.selectFrom('webhook.subscriptions'), caller)
     .select(['id', 'status'])
-    .where('criteria', '=', criteria)
+    .where(sameCriteria(criteria))
     .where(sql<boolean>`filter_criteria IS NOT DISTINCT FROM ${filterCriteria ?? null}::text[]`)
     .where('status', '!=', 'off')
     .orderBy('created_at', 'desc')
@@ -350,4 +350,9 @@ export async function encryptEndpointCredentials(db: Db, box: SecretBox): Promis
     encrypted += Number(numUpdatedRows);
   }
   return encrypted;
+}
+
+/** The subscriptions whose criteria is `criteria`: by digest for the index (migration 0023), then as text. */
+function sameCriteria(criteria: string) {
+  return sql<boolean>`webhook.criteria_digest(criteria) = webhook.criteria_digest(${criteria}) AND criteria = ${criteria}`;
 }
