@@ -122,7 +122,23 @@ describe('bounds on what one request may hold', () => {
       const answer = await closed;
       clearInterval(trickle);
       expect(answer).toMatch(/^HTTP\/1.1 408/);
+      expect(answer).toContain('"resourceType":"OperationOutcome"');
       expect(performance.now() - started).toBeLessThan(5_000);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a query of 16,384 characters fits the request head; a head past 32 KiB is 431 with an OperationOutcome', async () => {
+    const app = await appWith({});
+    const address = await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const get = (query: string) => fetch(`${address}/fhir/resources/Patient?${query}`, { headers: { 'x-api-key': t.apiKey } });
+      const fits = await get(`_id=${'a,'.repeat(8_000)}b&_count=1&_total=${'n'.repeat(300)}`.slice(0, 16_384));
+      expect(fits.status).not.toBe(431);
+      const tooLarge = await get(`_id=${'a'.repeat(40_000)}`);
+      expect(tooLarge.status).toBe(431);
+      expect(await tooLarge.json()).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'too-costly', details: { text: expect.stringContaining('32 KiB') } }] });
     } finally {
       await app.close();
     }

@@ -1,7 +1,8 @@
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { createServer } from 'node:http';
+import { createServer, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler } from 'fastify-type-provider-zod';
 import packageJson from '../../package.json' with { type: 'json' };
@@ -65,6 +66,8 @@ export async function buildApp({
     frameworkErrors: (error, _request, reply) => {
       void sendOutcome(reply, 400, operationOutcome('invalid', error.message));
     },
+    // What Node refuses before there is a request (a head over maxHeaderSize, a body trickled past the timeout): an OperationOutcome too.
+    clientErrorHandler: answerClientError,
     // Node checks request timeouts every connectionsCheckingInterval (30 s by default): checked every second, a trickled body is cut off on time.
     // A search's query may be 16,384 characters (src/search/query.ts): the request head holds it and the headers (Node's default is 16 KiB in all).
     serverFactory: (handler) =>
@@ -158,4 +161,22 @@ export async function buildApp({
     { prefix: fhirBasePath },
   );
   return app;
+}
+
+/** Node's refusals of a connection's request, before Fastify has one: the status Node means, with an OperationOutcome saying why. */
+function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, text] =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'The request line and headers pass 32 KiB: send a long search as POST /{Type}/_search with a form body']
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'The request was not received in time']
+        : [400, 'The request is not valid HTTP'];
+  const body = JSON.stringify(operationOutcome(status === 431 ? 'too-costly' : 'invalid', text));
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/fhir+json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }
