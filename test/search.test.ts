@@ -163,6 +163,21 @@ describe('REST search', () => {
     expect(outcome.issue).toEqual([
       { severity: 'warning', code: 'not-supported', details: { text: "nonsense: Unknown search parameter 'nonsense' for Patient" } },
     ]);
+    // self is the search as it ran: without what was left out.
+    expect(bundle.link).toEqual([{ relation: 'self', url: `${serviceBase}/Patient?active=true` }]);
+  });
+
+  it('pages forward and back: a page reached by a token has previous, and previous leads back to the same page', async () => {
+    const first = await search('/Patient?_count=1&_sort=_id');
+    expect(first.link.map((link: { relation: string }) => link.relation)).toEqual(['self', 'next']);
+    const url = (bundle: { link: { relation: string; url: string }[] }, relation: string) => bundle.link.find((link) => link.relation === relation)!.url.replace(serviceBase, '');
+    const second = await search(url(first, 'next'));
+    expect(second.link.map((link: { relation: string }) => link.relation)).toEqual(expect.arrayContaining(['self', 'previous']));
+    const back = await search(url(second, 'previous'));
+    expect(keys(back.entry, 'match')).toEqual(keys(first.entry, 'match'));
+    expect(back.link.map((link: { relation: string }) => link.relation)).toEqual(['self', 'next']);
+    const forth = await search(url(back, 'next'));
+    expect(keys(forth.entry, 'match')).toEqual(keys(second.entry, 'match'));
   });
 
   it('_summary=count answers the total alone', async () => {
