@@ -290,6 +290,7 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
       meta: { profile: ['http://hl7.org/fhir/5.0/StructureDefinition/profile-SubscriptionTopic'] },
       extension: [
         { url: artifactUrl, valueUri: 'http://example.org/topics/encounter-complete' },
+        { url: `${xver}.url`, valueUri: 'http://example.org/topics/encounter-complete' },
         { url: `${xver}.version`, valueString: '1.0.0' },
         { url: `${xver}.title`, valueString: 'Encounter complete' },
         { url: `${xver}.description`, valueMarkdown: 'An Encounter that became finished' },
@@ -323,7 +324,10 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
           ],
         },
       ],
-      modifierExtension: [{ url: artifactStatus, valueCode: 'active' }],
+      modifierExtension: [
+        { url: artifactStatus, valueCode: 'active' },
+        { url: `${xver}.status`, valueCode: 'active' },
+      ],
       code: { coding: [{ system: 'http://hl7.org/fhir/fhir-types', code: 'SubscriptionTopic' }] },
     });
     // The fullUrl reads the same Basic.
@@ -430,6 +434,9 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
     // The topic's own extensions: carried when R4 can type them; never a second status.
     expect(basic.extension).toContainEqual(topic.extension[0]);
     expect(JSON.stringify(basic)).not.toContain('valueInteger64');
-    expect(basic.modifierExtension).toEqual([{ url: artifactStatus, valueCode: 'active' }]);
+    expect(basic.modifierExtension).toEqual([
+      { url: artifactStatus, valueCode: 'active' },
+      { url: `${xver}.status`, valueCode: 'active' },
+    ]);
   });
 });

@@ -112,12 +112,16 @@ const topicElements: Element[] = [
 export function topicAsBasic(topic: StoredTopic): Json {
   const definition = topic.definition as Json;
   const status = topic.status === 'retired' ? 'retired' : fitting(definition.status, 'code');
+  // The canonical URL and the status twice: as the IG's example names them (the core artifact
+  // extensions), and as the cross-version profile of meta.profile requires them (its own).
   const extension = [
     { url: topicOnR4.artifactUrl, valueUri: topic.url },
+    { url: topicElement('url'), valueUri: topic.url },
     ...extensionsOf(definition, topicElements, topicElement),
     ...carriedExtensions(definition.extension),
   ];
-  const modifierExtension = [...(status === undefined ? [] : [{ url: topicOnR4.artifactStatus, valueCode: status }]), ...carriedExtensions(definition.modifierExtension)];
+  const statuses = status === undefined ? [] : [{ url: topicOnR4.artifactStatus, valueCode: status }, { url: topicElement('status'), valueCode: status }];
+  const modifierExtension = [...statuses, ...carriedExtensions(definition.modifierExtension)];
   const identifier = repeats(definition.identifier).map((item) => fitting(item, 'Identifier')).filter((item) => item !== undefined);
   return withoutEmpty({
     resourceType: 'Basic',
