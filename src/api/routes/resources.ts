@@ -21,6 +21,7 @@ import {
 import { fhirJson } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource } from '../schemas.ts';
 import { sendVersion } from '../fhir-reply.ts';
+import { rawQueryOf } from '../raw-query.ts';
 
 export type ResourceRoutesOptions = { db: Db; serviceBase: string };
 
@@ -230,9 +231,11 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     },
   );
 
-  const history = (scope: HistoryScope, request: FastifyRequest, reply: FastifyReply) => {
+  /** A page of the history of `scope` (a resource, a type, or everything) as a history Bundle. */
+  const history = async (scope: HistoryScope, request: FastifyRequest, reply: FastifyReply) => {
     const rawQuery = rawQueryOf(request.url);
-    return readHistoryPage(db, scope, parseHistoryQuery(rawQuery)).then((page) => reply.type(fhirJson).send(historyBundle(page, historyUrl(serviceBase, scope), rawQuery, serviceBase)));
+    const page = await readHistoryPage(db, scope, parseHistoryQuery(rawQuery));
+    return reply.type(fhirJson).send(historyBundle(page, historyUrl(serviceBase, scope), rawQuery, serviceBase));
   };
   const historyResponses = { 200: bundle.describe('A history Bundle, newest first; deletions are entries without a resource; next and previous links'), ...commonRefusals };
 
@@ -302,10 +305,6 @@ function optionalIfMatch(header: string | undefined): number | undefined {
   return header === undefined ? undefined : parseIfMatch(header);
 }
 
-function rawQueryOf(url: string): string {
-  const questionMark = url.indexOf('?');
-  return questionMark === -1 ? '' : url.slice(questionMark + 1);
-}
 
 /** The condition of a conditional update, delete or patch: the URL's query, which must name one. */
 function requiredCondition(url: string, interaction: string): string {

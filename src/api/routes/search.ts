@@ -8,6 +8,7 @@ import { assertResourceType } from '../../resources/store.ts';
 import { z } from 'zod';
 import { fhirJson } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome } from '../schemas.ts';
+import { rawQueryOf } from '../raw-query.ts';
 
 export type SearchRoutesOptions = { db: Db; serviceBase: string };
 
@@ -87,10 +88,6 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
   );
 };
 
-function rawQueryOf(url: string): string {
-  const questionMark = url.indexOf('?');
-  return questionMark === -1 ? '' : url.slice(questionMark + 1);
-}
 
 /**
  * The searchset Bundle of one page. Its self link is the search as run: the

@@ -19,12 +19,12 @@ import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../schemas.ts';
 import { resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
 import { refusal } from '../../subscriptions/requests.ts';
+import { rawQueryOf } from '../raw-query.ts';
 
 export type SubscriptionRoutesOptions = { db: Db; serviceBase: string; context: SubscriptionContext };
 
 /** The Subscription endpoints of the spec: create or switch off, search, read; no update. */
 export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> = async (app, { db, serviceBase, context }) => {
-  const rawQueryOf = (url: string) => (url.includes('?') ? url.slice(url.indexOf('?') + 1) : '');
   // The spec gives these endpoints their own refusal format: every 400 (malformed JSON included) uses it.
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const { status, outcome } = errorOutcome(error, request);
