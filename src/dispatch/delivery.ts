@@ -157,13 +157,16 @@ export async function call(context: DispatchContext, target: Target, resource: u
  * The handshake: for a topic-based subscription the Backport IG's (a history
  * Bundle with the status Parameters, type handshake, and the events it has
  * had: 0 on creation, more before a reactivation); for a classic one the
- * spec's (a history Bundle holding an R5-style SubscriptionStatus).
+ * spec's (a history Bundle holding an R5-style SubscriptionStatus). A history
+ * entry has the request and the response that made it (R4's bdl-3, bdl-4):
+ * the status is what GET {subscription}/$status would answer, as the IG's.
  */
 export function handshakeBundle(context: DispatchContext, target: Target, eventsSinceSubscriptionStart = 0): unknown {
   if (target.topic !== undefined) {
     const subject = statusSubject(context, target, target.topic);
     return notificationBundle(statusParameters(subject, 'handshake', eventsSinceSubscriptionStart, []), subject, []);
   }
+  const subscription = `${context.baseUrl}/fhir/resources/Subscription/${target.id}`;
   return {
     resourceType: 'Bundle',
     id: randomUUID(),
@@ -177,9 +180,11 @@ export function handshakeBundle(context: DispatchContext, target: Target, events
           status: target.status,
           type: 'handshake',
           eventsSinceSubscriptionStart: '0',
-          subscription: { reference: `${context.baseUrl}/fhir/resources/Subscription/${target.id}` },
+          subscription: { reference: subscription },
           topic: target.criteria,
         },
+        request: { method: 'GET', url: `${subscription}/$status` },
+        response: { status: '200' },
       },
     ],
   };

@@ -1,6 +1,11 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { Answer as CheckedBody } from './r4-validation.ts';
+
+/** Hands a call to the suite's R4 check of every body (test/support/validate-answers.ts, which puts it there). */
+const recordBody = (body: CheckedBody) =>
+  (globalThis as { [key: symbol]: ((body: CheckedBody) => void) | undefined })[Symbol.for('fhir-webhooks.r4-validation.record')]?.(body);
 
 export type ReceivedCall = { headers: IncomingHttpHeaders; body: Buffer; json: Record<string, unknown> };
 
@@ -34,6 +39,8 @@ export async function startReceiver({ tls }: { tls?: { key: string; cert: string
       const call = { headers: request.headers, body, json: JSON.parse(body.toString('utf8') || '{}') as Record<string, unknown> };
       receiver.calls.push(call);
       const { status, headers, delayMs = 0 } = receiver.answer(call);
+      const contentType = request.headers['content-type'];
+      recordBody({ source: 'notification', method: request.method ?? 'POST', url: receiver.url, status, contentType, body: body.toString('utf8') });
       setTimeout(() => response.writeHead(status, headers).end(status >= 400 ? `refused with ${status}` : 'ok'), delayMs);
     });
   };
