@@ -73,6 +73,14 @@ describe('transaction Bundles', () => {
     expect(response.json().issue[0].details.text).toBe('Bundle.entry[0]: request is required');
   });
 
+  it('answers a transaction or batch without entries with a response without entries (FHIR JSON has no empty arrays), at the base and at /Bundle', async () => {
+    for (const [path, type] of [['/', 'transaction'], ['/Bundle', 'batch']] as const) {
+      const response = await t.fhir('POST', path, { resourceType: 'Bundle', type });
+      expect(response.statusCode, response.body).toBe(200);
+      expect(response.json()).toEqual({ resourceType: 'Bundle', id: expect.any(String), type: `${type}-response` });
+    }
+  });
+
   it('refuses entry that is not an array', async () => {
     const response = await t.fhir('POST', '/Bundle', { resourceType: 'Bundle', type: 'transaction', entry: {} });
     expect(response.statusCode).toBe(400);

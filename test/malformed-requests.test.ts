@@ -51,6 +51,8 @@ const cases: Case[] = [
   { name: 'an abstract type', method: 'GET', path: '/DomainResource/x', status: 404, code: 'not-found', text: /not a FHIR R4 resource type/ },
   { name: 'an invalid id', method: 'GET', path: '/Patient/has_underscore', status: 400, code: 'invalid', text: /Invalid resource id/ },
   { name: 'a too long id', method: 'PUT', path: `/Patient/${'a'.repeat(65)}`, body: patient, status: 400, code: 'invalid', text: /Invalid resource id/ },
+  { name: 'an id with a NUL (quoted, as FHIR text cannot hold it)', method: 'GET', path: '/Patient/a%00b', status: 400, code: 'invalid', text: /^Invalid resource id "a\\u0000b"/ },
+  { name: 'a number JSON cannot hold', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","multipleBirthInteger":1e400}', status: 400, code: 'invalid', text: /too large for JSON/ },
   { name: 'an update without id', method: 'PUT', path: '/Patient/existing', body: patient, status: 400, code: 'required', text: /has no id/ },
   {
     name: "an update whose id is not the URL's",

@@ -105,7 +105,7 @@ export async function processBundle(
       }
       return results;
     });
-    return { resourceType: 'Bundle', id: randomUUID(), type: 'transaction-response', entry: responses };
+    return responseBundle('transaction-response', responses);
   }
 
   const context = await contextIn(db);
@@ -118,7 +118,12 @@ export async function processBundle(
       responses.push({ response: { status: statusLine(error.status), outcome: nameEntry(error, index).outcome } });
     }
   }
-  return { resourceType: 'Bundle', id: randomUUID(), type: 'batch-response', entry: responses };
+  return responseBundle('batch-response', responses);
+}
+
+/** A transaction's or batch's answer: an entry per request entry; none for a Bundle without entries (FHIR JSON has no empty arrays). */
+function responseBundle(type: 'transaction-response' | 'batch-response', responses: EntryResponse[]): FhirResource {
+  return { resourceType: 'Bundle', id: randomUUID(), type, ...(responses.length === 0 ? {} : { entry: responses }) };
 }
 
 /**

@@ -33,7 +33,8 @@ export function assertResourceType(type: string): void {
 
 /** Checks a logical id taken from a URL. */
 export function assertResourceId(id: string): void {
-  if (!fhirIdPattern.test(id)) throw badRequest(`Invalid resource id '${id}': FHIR ids are 1-64 characters of A-Z, a-z, 0-9, '-' and '.'`);
+  // Quoted as JSON: an id may hold what an OperationOutcome's text cannot (a NUL, control characters).
+  if (!fhirIdPattern.test(id)) throw badRequest(`Invalid resource id ${JSON.stringify(id)}: FHIR ids are 1-64 characters of A-Z, a-z, 0-9, '-' and '.'`);
 }
 
 /** Checks that a body is a resource of `type`; for an update, that its id is the URL's. */

@@ -295,7 +295,7 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     async (request, reply) => {
       const { type, id, vid } = request.params;
       checkInstance(type, id);
-      if (!/^[1-9]\d{0,9}$/.test(vid)) throw badRequest(`Invalid versionId '${vid}': versions are positive integers`);
+      if (!/^[1-9]\d{0,9}$/.test(vid)) throw badRequest(`Invalid versionId ${JSON.stringify(vid)}: versions are positive integers`);
       return sendVersion(reply, 200, await readVersion(db, type, id, Number(vid)), { serviceBase });
     },
   );
