@@ -318,3 +318,77 @@ describe('fhir-kit-client against the service', () => {
     expect(notOffered).toMatchObject({ status: 405, text: 'DELETE is not supported on /fhir/resources/Patient/x/_history: it answers GET' });
   });
 });
+
+describe('conditional writes, history and links at their edges', () => {
+  it('a conditional update that selects nothing does not overwrite another resource by its body id (409), and checks that id', async () => {
+    const other = (await client.create({ resourceType: 'Patient', body: patient('EDGE-1') })) as Json;
+    const overwrite = await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: other.id as string } }));
+    expect(overwrite.status).toBe(409);
+    expect(((await client.read({ resourceType: 'Patient', id: other.id as string })) as Json).identifier[0].value).toBe('EDGE-1');
+    expect((await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: 'not an id' } }))).status).toBe(400);
+    // A new id of its own is update-as-create.
+    const created = (await client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-2' }, body: { ...patient('EDGE-2'), id: 'edge-2' } })) as Json;
+    expect(created.id).toBe('edge-2');
+  });
+
+  it('If-Match applies to what a condition selects: a stale version is 412, and nothing is written', async () => {
+    const created = (await client.create({ resourceType: 'Patient', body: patient('EDGE-3') })) as Json;
+    await client.update({ resourceType: 'Patient', id: created.id as string, body: { ...patient('EDGE-3', 'Newer'), id: created.id as string } });
+    const stale = await t.fhir('PUT', '/Patient?identifier=EDGE-3', patient('EDGE-3', 'Stale'), { 'if-match': 'W/"1"' });
+    expect(stale.statusCode, stale.body).toBe(412);
+    const current = await t.fhir('PUT', '/Patient?identifier=EDGE-3', patient('EDGE-3', 'Current'), { 'if-match': 'W/"2"' });
+    expect(current.statusCode, current.body).toBe(200);
+    expect(current.json()).toMatchObject({ meta: { versionId: '3' }, name: [{ given: ['Current'] }] });
+  });
+
+  it("a batch entry whose condition fails fails alone; a transaction entry whose match an earlier entry wrote is refused (its urn's references were resolved before)", async () => {
+    const batch = (await client.batch({
+      body: {
+        resourceType: 'Bundle',
+        type: 'batch',
+        entry: [
+          { fullUrl: 'urn:uuid:1b0e7a52-3c4d-4e5f-8a9b-0c1d2e3f4a50', resource: patient('EDGE-4'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'family=Kit' } },
+          { resource: patient('EDGE-5'), request: { method: 'POST', url: 'Patient' } },
+        ],
+      },
+    })) as Json;
+    expect(batch.entry.map((entry: Json) => entry.response.status)).toEqual(['412 Precondition Failed', '201 Created']);
+
+    const dependent = await refusal(
+      client.transaction({
+        body: {
+          resourceType: 'Bundle',
+          type: 'transaction',
+          entry: [
+            { resource: patient('EDGE-6'), request: { method: 'POST', url: 'Patient' } },
+            { fullUrl: 'urn:uuid:2c1f8b63-4d5e-4f60-9bac-1d2e3f4a5b61', resource: patient('EDGE-6'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=EDGE-6' } },
+          ],
+        },
+      }),
+    );
+    expect(dependent.status).toBe(409);
+    expect(dependent.text).toContain('Bundle.entry[1]');
+    expect(((await client.search({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-6' } })) as Json).total).toBe(0);
+  });
+
+  it('a PATCH that is not a JSON Patch is 415; a day that does not exist in _since is 400, not a 500', async () => {
+    const created = (await client.create({ resourceType: 'Patient', body: patient('EDGE-7') })) as Json;
+    const fhirPathPatch = await t.fhir('PATCH', `/Patient/${created.id as string}`, { resourceType: 'Parameters', parameter: [{ name: 'operation' }] });
+    expect(fhirPathPatch.statusCode).toBe(415);
+    for (const since of ['2026-02-30T00:00:00Z', '2026-04-31T00:00:00Z', '0000-01-01T00:00:00Z']) {
+      const response = await t.fhir('GET', `/_history?_since=${since}`);
+      expect(response.statusCode, since).toBe(400);
+    }
+  });
+
+  it('lenient handling drops from the links only the pair it left out, not another of the same name; _format=application/fhir+json and _pretty are served', async () => {
+    const lenient = await t.fhir('GET', '/Patient?family=Kit&family=&_count=1', undefined, { prefer: 'handling=lenient' });
+    expect(lenient.statusCode, lenient.body).toBe(200);
+    const links = lenient.json().link as { relation: string; url: string }[];
+    expect(links.find((link) => link.relation === 'self')!.url).toBe(`${t.serviceBase}/Patient?family=Kit&_count=1`);
+    expect(links.find((link) => link.relation === 'next')!.url).toMatch(/\?family=Kit&_count=1&_page_token=/);
+    expect((await t.fhir('GET', '/metadata?_format=application/fhir+json')).statusCode).toBe(200);
+    expect((await t.fhir('GET', '/Patient/_history?_format=json&_pretty=true&_count=1')).statusCode).toBe(200);
+    expect((await t.fhir('GET', '/Subscription/$status?_format=json')).statusCode).toBe(200);
+  });
+});

@@ -13,6 +13,8 @@ import { createSecretBox } from '../subscriptions/secrets.ts';
 import { requireApiKey } from './authentication.ts';
 import { installErrorHandlers, sendOutcome, unservedFormat } from './errors.ts';
 import { installJsonBodyParser } from './json-body.ts';
+import { rawQueryOf } from './raw-query.ts';
+import { splitQuery } from '../search/query.ts';
 import { bundleRoutes } from './routes/bundles.ts';
 import { consoleData, consolePage } from './routes/console.ts';
 import { healthRoutes } from './routes/health.ts';
@@ -144,9 +146,10 @@ export async function buildApp({
     async (fhir) => {
       await requireKeyWithinLimit(fhir);
       // Answers are FHIR JSON: a client that takes only XML (or RDF) is told so, not sent JSON it cannot read.
+      // _format as sent: Fastify's query parser would read the '+' of application/fhir+json as a space.
       fhir.addHook('onRequest', async (request) => {
-        const format = (request.query as { _format?: string | string[] })._format;
-        const refusal = unservedFormat(request.headers.accept, Array.isArray(format) ? format[0] : format);
+        const format = splitQuery(rawQueryOf(request.url)).find(([name]) => name === '_format')?.[1];
+        const refusal = unservedFormat(request.headers.accept, format);
         if (refusal !== undefined) throw refusal;
       });
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.

@@ -38,6 +38,8 @@ export function errorOutcome(error: FastifyError, request: FastifyRequest): { st
     const sent = request.headers['content-type'] ?? 'none';
     return { status: 415, outcome: operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`) };
   }
+  // A date the API's own checks let through and PostgreSQL refuses (out of range, malformed): the request's fault, not a bug.
+  if (error.code === '22007' || error.code === '22008') return { status: 400, outcome: operationOutcome('invalid', `A date or time in the request is not valid: ${error.message}`) };
   const unavailable = databaseUnavailable(error);
   if (unavailable !== undefined) {
     request.log.warn({ err: error }, 'database unavailable for the request');
@@ -53,13 +55,16 @@ export function errorOutcome(error: FastifyError, request: FastifyRequest): { st
 /**
  * A request the database could not serve for a reason that is not the
  * request's fault, or not for good: a statement past the API's
- * statement_timeout, a row lock past its lock_timeout, a server restarting
- * or unreachable. 503, so that clients retry (src/service.ts sets the bounds).
+ * statement_timeout, a row lock past its lock_timeout, a deadlock or a
+ * serialization failure (sent again, it succeeds), a server restarting or
+ * unreachable. 503, so that clients retry (src/service.ts sets the bounds).
  */
 function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcome | undefined {
   const code = typeof error.code === 'string' ? error.code : '';
   if (code === '57014') return operationOutcome('timeout', 'The request took longer than the database allows an API request (30 s): narrow it, or retry later');
   if (code === '55P03') return operationOutcome('lock-error', 'A resource the request writes is locked by another transaction: retry later');
+  // Two transactions that waited for each other (conditional writes of two Bundles in opposite orders, say): one is cancelled, and may be sent again.
+  if (code === '40P01' || code === '40001') return operationOutcome('transient', 'The request conflicted with a concurrent one and was rolled back: send it again');
   const down =
     code.startsWith('08') || // connection exceptions
     code === '57P01' || code === '57P02' || code === '57P03' || // shutdown, crash, cannot connect now

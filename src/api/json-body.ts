@@ -24,8 +24,8 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     void parseJson(request, text, (error, value) => {
       // Fastify's own words blame the content type; the body is what is wrong: say where.
       if (error !== null && (error as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY') return done(badRequest(`The body is not valid JSON: ${jsonProblem(text)}`));
-      // 1e400 parses as Infinity, which JSON cannot hold: stored, it would come back as null.
-      if (error === null && /\d[eE]\+?\d{3}/.test(text) && holdsNonFiniteNumber(value)) return done(badRequest('The body has a number too large for JSON (over about 1.8e308)'));
+      // 1e400 (or 400 digits) parses as Infinity, which JSON cannot hold: stored, it would come back as null.
+      if (error === null && /\d[eE]\+?\d{3}|\d{309}/.test(text) && holdsNonFiniteNumber(value)) return done(badRequest('The body has a number too large for JSON (over about 1.8e308)'));
       done(error, value);
     });
   };

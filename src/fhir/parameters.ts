@@ -38,3 +38,11 @@ export function parametersAsInput(body: unknown): OperationInput {
     return [item.name, String(value.data)];
   });
 }
+
+/**
+ * What any interaction may carry about its answer's format, as FHIR clients
+ * add it to every request (HAPI's `_format=json`): `_format` (JSON, or a 406
+ * before any route: src/api/errors.ts) and `_pretty` (answers are compact
+ * JSON either way). Read as no parameter by the operations and history.
+ */
+export const formatParameters: ReadonlySet<string> = new Set(['_format', '_pretty']);

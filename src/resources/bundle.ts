@@ -139,14 +139,24 @@ async function assignUrnIds(db: Db, entries: unknown[]): Promise<Map<number, Urn
   for (const [index, raw] of entries.entries()) {
     const parsed = entrySchema.safeParse(raw);
     if (!parsed.success || !parsed.data.fullUrl?.startsWith('urn:uuid:')) continue;
-    const { request, fullUrl } = parsed.data;
+    const { request, fullUrl, resource } = parsed.data;
     const target = parseTarget(request.url);
     // Subscriptions are not resources others refer to, and get their ids from their own table.
     if (!target || target.type === 'Subscription' || !isResourceType(target.type)) continue;
-    const condition = request.method === 'POST' ? request.ifNoneExist : request.method === 'PUT' ? target.condition : undefined;
-    const matched = condition === undefined ? undefined : await selectedId(db, target.type, conditionOf(target.type, condition), request.method === 'POST' ? 'create' : 'update');
-    if (request.method === 'POST' || (request.method === 'PUT' && target.condition !== undefined)) {
+    const conditional = request.method === 'POST' ? request.ifNoneExist : request.method === 'PUT' ? target.condition : undefined;
+    let matched: string | undefined;
+    try {
+      matched = conditional === undefined ? undefined : await selectedId(db, target.type, conditionOf(target.type, conditional), request.method === 'POST' ? 'create' : 'update');
+    } catch (error) {
+      // The entry fails when it runs, with its own answer (in a batch, alone).
+      if (error instanceof FhirError) continue;
+      throw error;
+    }
+    const bodyId = (resource as { id?: unknown } | undefined)?.id;
+    if (request.method === 'POST') {
       assigned.set(index, { urn: fullUrl, type: target.type, id: matched ?? randomUUID() });
+    } else if (request.method === 'PUT' && target.condition !== undefined) {
+      assigned.set(index, { urn: fullUrl, type: target.type, id: matched ?? (typeof bodyId === 'string' ? bodyId : randomUUID()) });
     } else if (request.method === 'PUT' && target.id) {
       assigned.set(index, { urn: fullUrl, type: target.type, id: target.id });
     }
@@ -190,17 +200,15 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
   const ifMatch = entry.request.ifMatch === undefined ? undefined : parseIfMatch(entry.request.ifMatch);
   const urnId = urnTargets.get(index)?.id;
 
-  if (target.condition !== undefined) return executeConditionalEntry(db, entry, { ...target, condition: target.condition }, urnId, serviceBase);
+  if (target.condition !== undefined) return executeConditionalEntry(db, entry, { ...target, condition: target.condition }, { ifMatch, urnId, index }, serviceBase);
   switch (entry.request.method) {
     case 'POST': {
       if (target.id !== undefined) throw badRequest(`POST request.url must be a type, not '${entry.request.url}'`);
       assertResourceBody(target.type, entry.resource);
       const ifNoneExist = entry.request.ifNoneExist;
-      const result =
-        ifNoneExist === undefined
-          ? await createResource(db, target.type, entry.resource, urnId)
-          : await conditionalCreate(db, target.type, entry.resource, conditionOf(target.type, ifNoneExist), urnId);
-      return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
+      if (ifNoneExist === undefined) return written(await createResource(db, target.type, entry.resource, urnId), '201 Created', serviceBase);
+      const result = await conditionalCreate(db, target.type, entry.resource, conditionOf(target.type, ifNoneExist), urnId);
+      return written(resolvedAsAssigned(result, urnId, index), result.created ? '201 Created' : '200 OK', serviceBase);
     }
     case 'PUT': {
       const id = requireId(target, entry);
@@ -228,24 +236,41 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
 async function executeConditionalEntry(
   db: Db,
   entry: Entry,
-  target: Target & { condition: string },
-  urnId: string | undefined,
+  { type, condition }: Target & { condition: string },
+  { ifMatch, urnId, index }: { ifMatch: number | undefined; urnId: string | undefined; index: number },
   serviceBase: string,
 ): Promise<EntryResponse> {
-  const { type, condition } = target;
   switch (entry.request.method) {
     case 'PUT': {
       assertResourceBody(type, entry.resource);
-      const result = await conditionalUpdate(db, type, entry.resource, condition, urnId);
-      return written(result, result.created ? '201 Created' : '200 OK', serviceBase);
+      const result = await conditionalUpdate(db, type, entry.resource, condition, { ifMatch, idForCreate: urnId });
+      return written(resolvedAsAssigned(result, urnId, index), result.created ? '201 Created' : '200 OK', serviceBase);
     }
     case 'DELETE':
-      return deletedResponse((await conditionalDelete(db, type, condition)).versionId);
+      return deletedResponse((await conditionalDelete(db, type, condition, ifMatch)).versionId);
     case 'PATCH':
-      return written(await conditionalPatch(db, type, jsonPatchOfBinary(entry.resource), condition), '200 OK', serviceBase);
+      return written(await conditionalPatch(db, type, jsonPatchOfBinary(entry.resource), condition, ifMatch), '200 OK', serviceBase);
     default:
       throw badRequest(`${entry.request.method} '${entry.request.url}': a condition in request.url is for PUT, PATCH and DELETE (a conditional create sends ifNoneExist; searches in a Bundle are not supported)`, 'not-supported');
   }
+}
+
+/**
+ * A conditional entry with a urn:uuid fullUrl, as written: its references
+ * were rewritten to the id its condition selected before the Bundle ran
+ * (assignUrnIds). An earlier entry of the same Bundle that wrote what the
+ * condition selects changes that, and the references would point nowhere:
+ * refused, so that a transaction writes nothing of it.
+ */
+function resolvedAsAssigned<T extends StoredVersion>(result: T, urnId: string | undefined, index: number): T {
+  if (urnId !== undefined && result.resource.id !== urnId) {
+    throw new FhirError(
+      409,
+      'conflict',
+      `The condition of entry ${index} selects ${result.resource.resourceType}/${result.resource.id}, which an earlier entry of this Bundle wrote: references to its fullUrl cannot be resolved before the Bundle runs (make the earlier entry conditional too, or split the Bundle)`,
+    );
+  }
+  return result;
 }
 
 function deletedResponse(versionId: number | undefined): EntryResponse {

@@ -2,7 +2,9 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { fhirIdPattern } from '../fhir/definitions.ts';
+import { isInstant, isStoredInstant } from '../fhir/instant.ts';
 import { FhirError, badRequest, notFound } from '../fhir/outcome.ts';
+import { formatParameters } from '../fhir/parameters.ts';
 import { splitQuery } from '../search/query.ts';
 import { inFhirOrder } from './store.ts';
 
@@ -47,7 +49,7 @@ export function parseHistoryQuery(rawQuery: string): HistoryQuery {
   const query: HistoryQuery = { count: defaultHistoryCount };
   for (const [name, value] of splitQuery(rawQuery)) {
     if (name === '_since') {
-      if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(Date.parse(value))) {
+      if (!isInstant(value)) {
         throw badRequest(`_since must be an instant with a time zone, such as 2026-01-02T03:04:05Z, not '${value}'`);
       }
       query.since = value;
@@ -58,7 +60,7 @@ export function parseHistoryQuery(rawQuery: string): HistoryQuery {
       query.pageToken = value;
     } else if (name === '_at' || name === '_list' || name === '_sort') {
       throw new FhirError(400, 'not-supported', `History does not support ${name}: use _since (and _count)`);
-    } else if (name !== '_format') {
+    } else if (!formatParameters.has(name)) {
       throw badRequest(`Unknown history parameter '${name}' (supported: _since, _count)`);
     }
   }
@@ -139,8 +141,7 @@ function decodeCursor(token: string): Cursor {
     const [lastUpdated, type, id, versionId, direction = 'after', ...rest] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
     if (
       typeof lastUpdated === 'string' &&
-      /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(lastUpdated) &&
-      !Number.isNaN(Date.parse(lastUpdated)) &&
+      isStoredInstant(lastUpdated) &&
       typeof type === 'string' &&
       /^[A-Z][A-Za-z]{0,63}$/.test(type) &&
       typeof id === 'string' &&

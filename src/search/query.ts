@@ -41,8 +41,12 @@ export type SortOrder = { by: '_lastUpdated' | '_id'; descending: boolean };
 
 export type SearchQuery = {
   resourceType: string;
-  /** Parameters left out under `Prefer: handling=lenient` (the name as given, modifier and chain included), with why. */
-  ignored: { parameter: string; reason: string }[];
+  /**
+   * Parameters left out under `Prefer: handling=lenient`: the name as given
+   * (modifier and chain included), its position among the query's
+   * name=value pairs (splitQuery's), and why.
+   */
+  ignored: { parameter: string; position: number; reason: string }[];
   filters: Filter[];
   /** Chained parameters and _has, ANDed with the filters. */
   related: RelatedFilter[];
@@ -90,7 +94,7 @@ export const modifiersByType: Record<SearchParameter['type'], readonly string[]>
 };
 
 /** Parameters that shape the result rather than filter it. */
-const resultParameters = new Set(['_count', '_sort', '_total', '_include', '_revinclude', '_page_token', '_format', '_summary', '_elements']);
+const resultParameters = new Set(['_count', '_sort', '_total', '_include', '_revinclude', '_page_token', '_format', '_pretty', '_summary', '_elements']);
 
 /** Splits `Type?query` and parses the query for that type. */
 export function parseCriteriaString(criteria: string): SearchQuery {
@@ -114,7 +118,7 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
   if (queryLength > maxQueryLength) {
     throw badRequest(`The search query has ${queryLength.toLocaleString('en')} characters; the limit is ${maxQueryLength.toLocaleString('en')}`, 'too-costly');
   }
-  for (const [key, value] of splitQuery(rawQuery)) {
+  for (const [position, [key, value]] of splitQuery(rawQuery).entries()) {
     const colon = key.indexOf(':');
     const name = colon === -1 ? key : key.slice(0, colon);
     const modifier = colon === -1 ? undefined : key.slice(colon + 1);
@@ -128,7 +132,7 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
       else search.filters.push(parseFilter(resourceType, name, modifier, value));
     } catch (error) {
       if (!lenient || !(error instanceof FhirError)) throw error;
-      search.ignored.push({ parameter: key, reason: error.message });
+      search.ignored.push({ parameter: key, position, reason: error.message });
     }
   }
   return search;

@@ -2,6 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { fhirIdPattern } from '../fhir/definitions.ts';
+import { isStoredInstant } from '../fhir/instant.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { accessor, compileFilters, compileRelated, referencesAnyOf, referenceStrings } from './jsonpath.ts';
 import type { Include, RelatedFilter, SearchQuery, SortOrder } from './query.ts';
@@ -50,9 +51,7 @@ type Cursor = { sort: string; lastUpdated: string; id: string; direction: 'after
 export async function searchResources(db: Db, query: SearchQuery): Promise<SearchPage> {
   const sort: SortOrder = query.sort ?? { by: '_lastUpdated', descending: false };
   const count = query.count ?? defaultCount;
-  const predicate = compileFilters(query.filters);
-  const related = await relatedConditions(db, query.resourceType, query.related);
-  const where = sql.join([sql`resource_type = ${query.resourceType}`, matches(predicate), ...related], sql` AND `);
+  const where = await whereMatching(db, query);
   if (query.summary === 'count') return { matches: [], included: [], total: await countMatches(db, where) };
   const cursor = query.pageToken === undefined ? undefined : decodeCursor(query.pageToken, sortKey(sort));
   const backward = cursor?.direction === 'before';
@@ -101,6 +100,22 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
     ...(hasNext ? { nextPageToken: tokenAt(last, 'after') } : {}),
     ...(hasPrevious ? { previousPageToken: tokenAt(first, 'before') } : {}),
   };
+}
+
+/** The SQL condition on fhir.resources rows that a search's filters, chains and _has make. */
+async function whereMatching(db: Db, query: SearchQuery): Promise<RawBuilder<unknown>> {
+  const related = await relatedConditions(db, query.resourceType, query.related);
+  return sql.join([sql`resource_type = ${query.resourceType}`, matches(compileFilters(query.filters)), ...related], sql` AND `);
+}
+
+/**
+ * The ids of at most `limit` current resources a search's filters select,
+ * whatever their size (a page of matches is cut by its bytes; this is not):
+ * what a conditional interaction needs to tell none, one and several apart.
+ */
+export async function matchingIds(db: Db, query: SearchQuery, limit: number): Promise<string[]> {
+  const { rows } = await sql<{ id: string }>`SELECT id FROM fhir.resources WHERE ${await whereMatching(db, query)} LIMIT ${limit}`.execute(db);
+  return rows.map((row) => row.id);
 }
 
 /**
@@ -302,13 +317,6 @@ function encodeCursor(cursor: Cursor): string {
   return Buffer.from(JSON.stringify(cursor.direction === 'after' ? key : [...key, cursor.direction])).toString('base64url');
 }
 
-/** meta.lastUpdated as the database renders it (fhir.format_instant), and a real date: a forged token must not reach the timestamptz cast. */
-function isInstant(text: string): boolean {
-  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(text)) return false;
-  const date = new Date(text);
-  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 19) === text.slice(0, 19);
-}
-
 /** A next token is [sort, lastUpdated, id]; a previous one adds 'before'. */
 function decodeCursor(token: string, expectedSort: string): Cursor {
   try {
@@ -320,7 +328,7 @@ function decodeCursor(token: string, expectedSort: string): Cursor {
       (direction === 'after' || direction === 'before') &&
       rest.length === 0 &&
       sort === expectedSort &&
-      isInstant(lastUpdated) &&
+      isStoredInstant(lastUpdated) &&
       fhirIdPattern.test(id)
     ) {
       return { sort, lastUpdated, id, direction };

@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
-import type { OperationInput } from '../fhir/parameters.ts';
+import { formatParameters, type OperationInput } from '../fhir/parameters.ts';
 import { payloadContents, type PayloadContent } from '../topics/backport.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
@@ -81,6 +81,7 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
     const ids: string[] = [];
     const statuses: string[] = [];
     for (const [name, value] of target.input) {
+      if (formatParameters.has(name)) continue;
       if (name === 'id') ids.push(...value.split(','));
       else if (name === 'status') statuses.push(...value.split(','));
       else throw refusal(`Unknown parameter '${name}' for $status (supported: id, status)`);
@@ -128,6 +129,7 @@ export async function subscriptionEvents(db: Db, context: SubscriptionContext, c
   let until: number | undefined;
   let content = row.payload_content;
   for (const [name, value] of input) {
+    if (formatParameters.has(name)) continue;
     if (name === 'eventsSinceNumber') since = eventNumber(name, value);
     else if (name === 'eventsUntilNumber') until = eventNumber(name, value);
     else if (name === 'content') {

@@ -96,8 +96,12 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
  * previous carry the token of the page after or before.
  */
 function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string, rawQuery: string, serviceBase: string) {
-  const ignoredNames = new Set(query.ignored.map((ignored) => ignored.parameter));
-  const used = splitRawQuery(rawQuery).filter(({ name }) => name !== '_page_token' && !ignoredNames.has(name)).map(({ pair }) => pair);
+  // The pairs as the parser numbered them (splitQuery's): those it left out are dropped by position, not by name (one of two birthdate= may be used).
+  const ignoredPositions = new Set(query.ignored.map((ignored) => ignored.position));
+  const used = rawQuery
+    .split('&')
+    .filter((pair) => pair !== '')
+    .filter((pair, position) => !ignoredPositions.has(position) && !/^_page_token(=|$)/.test(pair));
   const url = (pairs: string[]) => (pairs.length === 0 ? searchUrl : `${searchUrl}?${pairs.join('&')}`);
   const withToken = (token: string) => url([...used, `_page_token=${encodeURIComponent(token)}`]);
   const entry = (mode: 'match' | 'include') => (resource: FhirResource) => ({
@@ -134,21 +138,4 @@ function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string
     // FHIR JSON has no empty arrays: a page without resources (_summary=count) has no entry.
     ...(entries.length === 0 ? {} : { entry: entries }),
   };
-}
-
-/** The raw `name=value` pairs of a query, each with its decoded name (modifier included) to compare with what the parser reports. */
-function splitRawQuery(rawQuery: string): { name: string; pair: string }[] {
-  return rawQuery
-    .split('&')
-    .filter((pair) => pair !== '')
-    .map((pair) => {
-      const rawName = pair.includes('=') ? pair.slice(0, pair.indexOf('=')) : pair;
-      let name = rawName;
-      try {
-        name = decodeURIComponent(rawName);
-      } catch {
-        // the parser has refused such a query already
-      }
-      return { name, pair };
-    });
 }

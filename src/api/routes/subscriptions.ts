@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyError, FastifyPluginAsync, FastifyRequest, FastifySchema, RouteHandlerMethod } from 'fastify';
 import type { Db } from '../../db/database.ts';
 import { FhirError } from '../../fhir/outcome.ts';
-import { parametersAsInput, type OperationInput } from '../../fhir/parameters.ts';
+import { formatParameters, parametersAsInput, type OperationInput } from '../../fhir/parameters.ts';
 import { splitQuery } from '../../search/query.ts';
 import {
   readSubscription,
@@ -142,7 +142,8 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
     handler: async (request, reply) => {
       const { id } = request.params as { id: string };
       const input = operationInput(request);
-      if (input.length > 0) throw refusal(`$status of one subscription takes no parameters (given: ${input.map(([name]) => name).join(', ')})`);
+      const given = input.filter(([name]) => !formatParameters.has(name));
+      if (given.length > 0) throw refusal(`$status of one subscription takes no parameters (given: ${given.map(([name]) => name).join(', ')})`);
       return reply.type(fhirJson).send(await subscriptionStatus(db, context, callerOf(request), { id }));
     },
   });
