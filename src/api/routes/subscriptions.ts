@@ -82,9 +82,9 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
         resourceType: 'Bundle',
         id: randomUUID(),
         type: 'searchset',
-        // The spec's link, present even empty; entry, as FHIR JSON has no empty arrays, only when something matched.
+        // The spec's shape, kept where FHIR JSON would leave them out: link present even empty, entry the array of matches even when none.
         link: page.nextPageToken === undefined ? [] : [{ relation: 'next', url: `${searchUrl}?${[...pairs, `_page_token=${page.nextPageToken}`].join('&')}` }],
-        ...(page.resources.length === 0 ? {} : { entry: page.resources.map((resource) => ({ fullUrl: `${searchUrl}/${resource.id}`, resource, search: { mode: 'match' } })) }),
+        entry: page.resources.map((resource) => ({ fullUrl: `${searchUrl}/${resource.id}`, resource, search: { mode: 'match' } })),
       });
     },
   );
