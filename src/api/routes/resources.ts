@@ -21,7 +21,7 @@ import {
 import { fhirJson } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource } from '../schemas.ts';
 import { sendVersion } from '../fhir-reply.ts';
-import { rawQueryOf } from '../raw-query.ts';
+import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
 
 export type ResourceRoutesOptions = { db: Db; serviceBase: string };
 
@@ -340,8 +340,7 @@ function historyUrl(serviceBase: string, scope: HistoryScope): string {
  * version, or the first after a deletion; PUT; DELETE, without a resource).
  */
 function historyBundle(page: HistoryPage, url: string, rawQuery: string, serviceBase: string) {
-  const pairs = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
-  const withToken = (token: string) => `${url}?${[...pairs, `_page_token=${encodeURIComponent(token)}`].join('&')}`;
+  const withToken = (token: string) => linkWithPageToken(url, pairsWithoutPageToken(rawQuery), token);
   const entries = page.versions.map(({ resource, versionId, lastUpdated, deleted, created }) => {
     const { resourceType: type, id } = resource as { resourceType: string; id: string };
     const request = deleted ? { method: 'DELETE', url: `${type}/${id}` } : created ? { method: 'POST', url: type } : { method: 'PUT', url: `${type}/${id}` };

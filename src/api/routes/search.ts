@@ -8,7 +8,7 @@ import { assertResourceType } from '../../resources/store.ts';
 import { z } from 'zod';
 import { fhirJson } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome } from '../schemas.ts';
-import { rawQueryOf } from '../raw-query.ts';
+import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
 
 export type SearchRoutesOptions = { db: Db; serviceBase: string };
 
@@ -101,9 +101,11 @@ function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string
   const used = rawQuery
     .split('&')
     .filter((pair) => pair !== '')
-    .filter((pair, position) => !ignoredPositions.has(position) && !/^_page_token(=|$)/.test(pair));
-  const url = (pairs: string[]) => (pairs.length === 0 ? searchUrl : `${searchUrl}?${pairs.join('&')}`);
-  const withToken = (token: string) => url([...used, `_page_token=${encodeURIComponent(token)}`]);
+    .filter((_pair, position) => !ignoredPositions.has(position))
+    .join('&');
+  const usedPairs = pairsWithoutPageToken(used);
+  const withToken = (token: string) => linkWithPageToken(searchUrl, usedPairs, token);
+  const self = query.pageToken !== undefined ? withToken(query.pageToken) : usedPairs.length === 0 ? searchUrl : `${searchUrl}?${usedPairs.join('&')}`;
   const entry = (mode: 'match' | 'include') => (resource: FhirResource) => ({
     fullUrl: `${serviceBase}/${resource.resourceType}/${resource.id}`,
     resource,
@@ -131,7 +133,7 @@ function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string
     type: 'searchset',
     ...(page.total === undefined ? {} : { total: page.total }),
     link: [
-      { relation: 'self', url: url(query.pageToken === undefined ? used : [...used, `_page_token=${encodeURIComponent(query.pageToken)}`]) },
+      { relation: 'self', url: self },
       ...(page.previousPageToken === undefined ? [] : [{ relation: 'previous', url: withToken(page.previousPageToken) }]),
       ...(page.nextPageToken === undefined ? [] : [{ relation: 'next', url: withToken(page.nextPageToken) }]),
     ],

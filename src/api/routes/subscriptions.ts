@@ -19,7 +19,7 @@ import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../schemas.ts';
 import { resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
 import { refusal } from '../../subscriptions/requests.ts';
-import { rawQueryOf } from '../raw-query.ts';
+import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
 
 export type SubscriptionRoutesOptions = { db: Db; serviceBase: string; context: SubscriptionContext };
 
@@ -76,14 +76,13 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
     async (request, reply) => {
       const rawQuery = rawQueryOf(request.url);
       const page = await searchSubscriptions(db, context, rawQuery, callerOf(request));
-      const pairs = rawQuery.split('&').filter((pair) => pair !== '' && !pair.startsWith('_page_token='));
       const searchUrl = `${serviceBase}/Subscription`;
       return reply.type(fhirJson).send({
         resourceType: 'Bundle',
         id: randomUUID(),
         type: 'searchset',
         // The spec's shape, kept where FHIR JSON would leave them out: link present even empty, entry the array of matches even when none.
-        link: page.nextPageToken === undefined ? [] : [{ relation: 'next', url: `${searchUrl}?${[...pairs, `_page_token=${page.nextPageToken}`].join('&')}` }],
+        link: page.nextPageToken === undefined ? [] : [{ relation: 'next', url: linkWithPageToken(searchUrl, pairsWithoutPageToken(rawQuery), page.nextPageToken) }],
         entry: page.resources.map((resource) => ({ fullUrl: `${searchUrl}/${resource.id}`, resource, search: { mode: 'match' } })),
       });
     },
