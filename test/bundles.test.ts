@@ -24,6 +24,8 @@ describe('transaction Bundles', () => {
           resource: {
             resourceType: 'Appointment',
             status: 'booked',
+            start: '2026-03-02T09:00:00Z',
+            end: '2026-03-02T09:30:00Z',
             participant: [{ actor: { reference: patientUrn }, status: 'accepted' }],
           },
           request: { method: 'POST', url: 'Appointment' },
@@ -51,8 +53,8 @@ describe('transaction Bundles', () => {
       resourceType: 'Bundle',
       type: 'transaction',
       entry: [
-        { resource: { resourceType: 'Observation', status: 'final' }, request: { method: 'POST', url: 'Observation' } },
-        { resource: { resourceType: 'Observation', id: 'tx-obs', status: 'final' }, request: { method: 'PUT', url: 'Observation/tx-obs' } },
+        { resource: { resourceType: 'Observation', status: 'final', code: { text: 'pulse' } }, request: { method: 'POST', url: 'Observation' } },
+        { resource: { resourceType: 'Observation', id: 'tx-obs', status: 'final', code: { text: 'pulse' } }, request: { method: 'PUT', url: 'Observation/tx-obs' } },
         { request: { method: 'DELETE', url: 'Observation/never-existed' } },
       ],
     });
@@ -140,7 +142,21 @@ describe('other Bundles', () => {
     const response = await t.fhir('POST', '/Bundle', {
       resourceType: 'Bundle',
       type: 'document',
-      entry: [{ fullUrl: 'urn:uuid:0d6f3a52-1c1e-4b1a-9d4e-1f2a3b4c5d6e', resource: { resourceType: 'Composition', status: 'final' } }],
+      identifier: { system: 'urn:ietf:rfc:3986', value: 'urn:uuid:3a9c7e21-5b8d-4f60-a1c2-7d4e9f0b1a23' },
+      timestamp: '2026-03-02T10:00:00Z',
+      entry: [
+        {
+          fullUrl: 'urn:uuid:0d6f3a52-1c1e-4b1a-9d4e-1f2a3b4c5d6e',
+          resource: {
+            resourceType: 'Composition',
+            status: 'final',
+            type: { coding: [{ system: 'http://loinc.org', code: '11503-0', display: 'Medical records' }] },
+            date: '2026-03-02T10:00:00Z',
+            author: [{ display: 'Dr. Ada Example' }],
+            title: 'Visit summary',
+          },
+        },
+      ],
     });
     expect(response.statusCode).toBe(201);
     const stored = (await t.fhir('GET', `/Bundle/${response.json().id}`)).json();

@@ -31,6 +31,10 @@ afterAll(async () => {
   await t.close();
 });
 
+/** An Appointment's participant (R4 requires one, with a status) and, for a booked one, its start and end (app-3). */
+const someone = [{ actor: { reference: 'Practitioner/dispatch-doc' }, status: 'accepted' }];
+const halfAnHour = { start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z' };
+
 async function receiver(): Promise<Receiver> {
   const started = await startReceiver();
   receivers.push(started);
@@ -97,8 +101,8 @@ describe('notifications', () => {
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Appointment?status=booked', endpoint.url, { header: ['secret: s3cr3t', 'X-Trace: a:b=c'] });
     await untilStatus(t, id, 'active');
-    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [] });
-    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'booked', participant: [] })).json();
+    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: someone });
+    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'booked', ...halfAnHour, participant: someone })).json();
     const calls = await endpoint.waitForCalls(2);
     const notification = calls[1]!;
     expect(notification.json).toEqual(created);
@@ -115,7 +119,7 @@ describe('notifications', () => {
     const { id } = await subscribe(t, 'Appointment?status=arrived&_include=Appointment:patient', endpoint.url);
     await untilStatus(t, id, 'active');
     const created = (
-      await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'arrived', participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }] })
+      await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'arrived', ...halfAnHour, participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }] })
     ).json();
     const [, call] = await endpoint.waitForCalls(2);
     expect(call!.json).toMatchObject({
@@ -149,7 +153,7 @@ describe('notifications', () => {
 
   it('delivers deletions tagged DELETE, whatever the non-status filters say', async () => {
     const endpoint = await receiver();
-    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'noshow', start: '2026-01-01T10:00:00Z', participant: [] })).json();
+    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'noshow', start: '2026-01-01T10:00:00Z', end: '2026-01-01T10:30:00Z', participant: someone })).json();
     const { id } = await subscribe(t, 'Appointment?date=lt1900-01-01&status=noshow', endpoint.url);
     await untilStatus(t, id, 'active');
     await t.fhir('DELETE', `/Appointment/${created.id}`);
@@ -165,7 +169,7 @@ describe('notifications', () => {
       resourceType: 'Bundle',
       type: 'transaction',
       entry: [
-        { resource: { resourceType: 'Appointment', status: 'waitlist', participant: [] }, request: { method: 'POST', url: 'Appointment' } },
+        { resource: { resourceType: 'Appointment', status: 'waitlist', participant: someone }, request: { method: 'POST', url: 'Appointment' } },
         { request: { method: 'DELETE', url: 'Appointment/does-not-exist' } },
       ],
     });

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.ts';
+import { storesInvalidContentOnPurpose } from './support/validate-answers.ts';
 
 /**
  * Property-based fuzzing of every route with hostile input: random JSON,
@@ -10,6 +11,8 @@ import { startTestApp, type TestApp } from './support/app.ts';
  * FUZZ_SEED=<n> for other cases; the seed is fixed so that the suite gates CI
  * (fast-check names it in a failure).
  */
+
+storesInvalidContentOnPurpose('random JSON is written as Patients and in Bundles: the store keeps what it is sent');
 
 const seed = Number(process.env.FUZZ_SEED ?? '20261122');
 const numRuns = Number(process.env.FUZZ_RUNS ?? '150');

@@ -6,11 +6,14 @@ import { createApiKey } from '../src/auth/api-keys.ts';
 import { createLogger } from '../src/config/logger.ts';
 import { connectDatabase } from '../src/db/database.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { storesInvalidContentOnPurpose } from './support/validate-answers.ts';
 
 /**
  * What a hostile probe of the service found: inputs that answered 500 (or
  * worse) instead of a clear 4xx OperationOutcome. Each is a regression test.
  */
+
+storesInvalidContentOnPurpose('hostile inputs the store accepts as sent: a text.div over 1 MB');
 
 let t: TestApp;
 beforeAll(async () => {

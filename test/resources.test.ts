@@ -8,6 +8,8 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 const instantPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+/** Encounter.class (required in R4): an ambulatory visit. */
+const ambulatory = { system: 'http://terminology.hl7.org/CodeSystem/v3-ActCode', code: 'AMB' };
 
 describe('FHIR RESTful interactions', () => {
   it('creates with a server-assigned UUID and answers 201 with Location, ETag and Last-Modified', async () => {
@@ -24,7 +26,7 @@ describe('FHIR RESTful interactions', () => {
   });
 
   it('reads the bare resource with its ETag', async () => {
-    const created = (await t.fhir('POST', '/Observation', { resourceType: 'Observation', status: 'final' })).json();
+    const created = (await t.fhir('POST', '/Observation', { resourceType: 'Observation', status: 'final', code: { text: 'body weight' } })).json();
     const response = await t.fhir('GET', `/Observation/${created.id}`);
     expect(response.statusCode).toBe(200);
     expect(response.json()).toEqual(created);
@@ -73,7 +75,7 @@ describe('FHIR RESTful interactions', () => {
   });
 
   it('deletes: the read answers 410, history shows the deletion, a re-creation continues the versions', async () => {
-    const created = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned' })).json();
+    const created = (await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'planned', class: ambulatory })).json();
     const deleted = await t.fhir('DELETE', `/Encounter/${created.id}`);
     expect(deleted.statusCode).toBe(204);
     expect(deleted.headers.etag).toBe('W/"2"');
@@ -84,7 +86,7 @@ describe('FHIR RESTful interactions', () => {
     expect((await t.fhir('DELETE', `/Encounter/${created.id}`)).statusCode).toBe(204);
     expect((await t.fhir('GET', `/Encounter/${created.id}/_history/2`)).statusCode).toBe(410);
 
-    const recreated = await t.fhir('PUT', `/Encounter/${created.id}`, { resourceType: 'Encounter', id: created.id, status: 'arrived' });
+    const recreated = await t.fhir('PUT', `/Encounter/${created.id}`, { resourceType: 'Encounter', id: created.id, status: 'arrived', class: ambulatory });
     expect(recreated.statusCode).toBe(201);
     expect(recreated.json().meta.versionId).toBe('3');
 

@@ -62,7 +62,9 @@ function cases(resource: Resource, table: Case[]) {
 
 describe('number and quantity parameters over a Range', () => {
   // Condition.abatement-age is `abatement.as(Age) | abatement.as(Range)`: the Range branch once never matched.
-  cases({ resourceType: 'Condition', id: 'abated', subject: { reference: 'Patient/p' }, abatementRange: { low: { value: 1, unit: 'a' }, high: { value: 1, unit: 'a' } } }, [
+  // An abated Condition is no longer active (con-4).
+  const resolved = { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/condition-clinical', code: 'resolved' }] };
+  cases({ resourceType: 'Condition', id: 'abated', clinicalStatus: resolved, subject: { reference: 'Patient/p' }, abatementRange: { low: { value: 1, unit: 'a' }, high: { value: 1, unit: 'a' } } }, [
     ['abatement-age=1', true],
     ['abatement-age=2', false],
     ['abatement-age=gt0', true],
@@ -83,12 +85,14 @@ describe('number and quantity parameters over a Range', () => {
     ['onset-age=eb100', false],
     ['onset-age=ap200', true],
   ]);
-  cases({ resourceType: 'RiskAssessment', id: 'risk', subject: { reference: 'Patient/p' }, status: 'final', prediction: [{ probabilityRange: { low: { value: 0.2 }, high: { value: 0.4 } } }] }, [
-    ['probability=gt0.3', true],
-    ['probability=sa0.4', false],
-    ['probability=sa0.1', true],
-    ['probability=eb0.5', true],
-    ['probability=0.3', false],
+  // A probability Range is in percent (ras-1): from 20 % to 40 %.
+  const percent = (value: number) => ({ value, unit: '%', system: 'http://unitsofmeasure.org', code: '%' });
+  cases({ resourceType: 'RiskAssessment', id: 'risk', subject: { reference: 'Patient/p' }, status: 'final', prediction: [{ probabilityRange: { low: percent(20), high: percent(40) } }] }, [
+    ['probability=gt30', true],
+    ['probability=sa40', false],
+    ['probability=sa10', true],
+    ['probability=eb50', true],
+    ['probability=30', false],
   ]);
 });
 
@@ -106,7 +110,7 @@ describe('quantity parameters over Money, and over what has no single quantity',
     ['value-quantity:missing=false', true],
   ]);
   // A date parameter over performedAge: an Age is no date (it once read as an open Period, matching every date).
-  cases({ resourceType: 'Procedure', id: 'aged', status: 'completed', subject: { reference: 'Patient/p' }, performedAge: { value: 5, unit: 'a' } }, [
+  cases({ resourceType: 'Procedure', id: 'aged', status: 'completed', subject: { reference: 'Patient/p' }, performedAge: { value: 5, unit: 'a', system: 'http://unitsofmeasure.org', code: 'a' } }, [
     ['date=ge2000', false],
     ['date=lt2000', false],
     ['date:missing=false', true],
@@ -195,8 +199,8 @@ describe('composite parameters', () => {
       status: 'final',
       code: { coding: [{ system: loinc, code: '85354-9' }] },
       component: [
-        { code: { coding: [{ system: loinc, code: '8480-6' }] }, valueQuantity: { value: 120, code: 'mm[Hg]' } },
-        { code: { coding: [{ system: loinc, code: '8462-4' }] }, valueQuantity: { value: 80, code: 'mm[Hg]' } },
+        { code: { coding: [{ system: loinc, code: '8480-6' }] }, valueQuantity: { value: 120, system: 'http://unitsofmeasure.org', code: 'mm[Hg]' } },
+        { code: { coding: [{ system: loinc, code: '8462-4' }] }, valueQuantity: { value: 80, system: 'http://unitsofmeasure.org', code: 'mm[Hg]' } },
       ],
     },
     [
@@ -222,7 +226,8 @@ describe('chained parameters and _has', () => {
     await store({ resourceType: 'Patient', id: 'jones', active: false, name: [{ family: 'Jones' }] });
     await store({ resourceType: 'Observation', id: 'smith-code', status: 'final', code: { coding: [{ system: 'http://loinc.org', code: '1234-5' }] }, subject: { reference: 'Patient/smith' } });
   });
-  cases({ resourceType: 'Appointment', id: 'smith-visit', status: 'booked', participant: [{ actor: { reference: 'Patient/smith' }, status: 'accepted' }] }, [
+  const visit = { start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z' };
+  cases({ resourceType: 'Appointment', id: 'smith-visit', status: 'booked', ...visit, participant: [{ actor: { reference: 'Patient/smith' }, status: 'accepted' }] }, [
     ['patient.identifier=http://x|123', true],
     ['patient.identifier=http://x|999', false],
     ['patient.name=jones', false],
@@ -254,7 +259,7 @@ describe('chained parameters and _has', () => {
 
   it('in criteria, sees the referenced resource as the writing transaction left it', async () => {
     await store({ resourceType: 'Patient', id: 'renamed', name: [{ family: 'Before' }] });
-    await store({ resourceType: 'Appointment', id: 'renamed-visit', status: 'booked', participant: [{ actor: { reference: 'Patient/renamed' }, status: 'accepted' }] });
+    await store({ resourceType: 'Appointment', id: 'renamed-visit', status: 'booked', ...visit, participant: [{ actor: { reference: 'Patient/renamed' }, status: 'accepted' }] });
     const { id } = await subscribe(t, 'Appointment?patient.name=after', 'http://127.0.0.1:9/hook');
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
     const client = await t.database.pool.connect();

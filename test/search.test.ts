@@ -29,6 +29,7 @@ beforeAll(async () => {
       resourceType: 'Appointment',
       status,
       start: `2026-03-0${index + 1}T09:00:00+01:00`,
+      end: `2026-03-0${index + 1}T09:30:00+01:00`,
       participant: [
         { actor: { reference: `Patient/${patient}` }, status: 'accepted' },
         { actor: { reference: 'Practitioner/dr-x' }, status: 'accepted' },
@@ -82,7 +83,7 @@ describe('REST search', () => {
 
   it('keeps pages stable when resources are created between them', async () => {
     const first = await search('/Appointment?_count=2');
-    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [] });
+    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [{ actor: { reference: 'Patient/bob' }, status: 'needs-action' }] });
     const next = first.link.find((link) => link.relation === 'next')!.url.replace(serviceBase, '');
     const second = await search(next);
     expect(keys(second.entry, 'match')).toEqual([`Appointment/${ids.appointment2}`, `Appointment/${ids.appointment3}`]);

