@@ -79,11 +79,16 @@ describe('the R4 check of the suite\'s bodies', () => {
       expect(checkAnswer(api('GET', '/fhir/resources/Patient/p1', envelope)).problems).toEqual(['$: not a FHIR resource (no resourceType)']);
     });
 
-    it("the Subscription search's empty link, and no other empty array", () => {
+    it("the Subscription search's empty link and entry, and no other empty array", () => {
       const bundle = { resourceType: 'Bundle', type: 'searchset', link: [], entry: [{ fullUrl: 'http://fhir.test/fhir/resources/Subscription/s1', resource: subscription, search: { mode: 'match' } }] };
       expect(checkAnswer(api('GET', '/fhir/resources/Subscription?_count=1', bundle)).problems).toEqual([]);
+      expect(checkAnswer(api('GET', '/fhir/resources/Subscription', { ...bundle, entry: [] })).problems).toEqual([]);
       expect(checkAnswer(api('GET', '/fhir/resources/Patient', bundle)).problems).toEqual(['$.link: empty array []']);
-      expect(checkAnswer(api('GET', '/fhir/resources/Subscription', { ...bundle, entry: [] })).problems).toEqual(['$.entry: empty array []']);
+      expect(checkAnswer(api('GET', '/fhir/resources/Patient', { ...bundle, link: undefined, entry: [] })).problems).toEqual(['$.entry: empty array []']);
+      // Inside the exempt Bundle, an empty array elsewhere is still one.
+      expect(checkAnswer(api('GET', '/fhir/resources/Subscription', { ...bundle, entry: [{ ...bundle.entry[0], resource: { ...subscription, contact: [] } }] })).problems).toEqual([
+        '$.entry[0].resource.contact: empty array []',
+      ]);
     });
 
     it("the classic handshake's SubscriptionStatus, in a history Bundle that is otherwise R4", () => {
