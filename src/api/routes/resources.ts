@@ -6,7 +6,7 @@ import type { Db } from '../../db/database.ts';
 import { FhirError, badRequest } from '../../fhir/outcome.ts';
 import { parseIfMatch } from '../../resources/bundle.ts';
 import { conditionOf, conditionalCreate, conditionalDelete, conditionalPatch, conditionalUpdate } from '../../resources/conditional.ts';
-import { parseHistoryQuery, readHistoryPage, type HistoryPage, type HistoryScope } from '../../resources/history.ts';
+import { defaultHistoryCount, maxHistoryCount, parseHistoryQuery, readHistoryPage, type HistoryPage, type HistoryScope } from '../../resources/history.ts';
 import { asJsonPatch, jsonPatchMediaType, patchResource } from '../../resources/patch.ts';
 import {
   assertResourceBody,
@@ -46,7 +46,7 @@ const jsonPatch = z
 const unprocessable = operationOutcome.describe('The patch cannot apply: a test operation failed, or a path is not in the resource');
 const historyQuery = z.looseObject({
   _since: z.string().optional().describe('Only versions written at or after this instant (2026-01-02T03:04:05Z)'),
-  _count: z.string().optional().describe('Versions per page, 1-1000 (default 100)'),
+  _count: z.string().optional().describe(`Versions per page, 1-${maxHistoryCount.toLocaleString('en')} (default ${defaultHistoryCount})`),
   _page_token: z.string().optional().describe("The next or previous link's token"),
 });
 
