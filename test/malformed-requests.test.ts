@@ -96,6 +96,9 @@ const cases: Case[] = [
   },
   { name: 'an unknown route', method: 'GET', path: '/Patient/existing/_nothing', status: 404, code: 'not-found', text: /There is no GET/ },
   { name: 'a method the path does not offer', method: 'POST', path: '/Patient/existing', body: patient, status: 405, code: 'not-supported', text: /POST is not supported on \/fhir\/resources\/Patient\/existing: it answers GET, PUT, PATCH, DELETE/ },
+  { name: 'a method a route with a parameter took (DELETE /{Type})', method: 'DELETE', path: '/metadata', status: 405, code: 'not-supported', text: /DELETE is not supported on \/fhir\/resources\/metadata: it answers GET$/ },
+  { name: 'GET of a search by POST', method: 'GET', path: '/Patient/_search', status: 405, code: 'not-supported', text: /it answers POST$/ },
+  { name: 'POST to system history', method: 'POST', path: '/_history', body: patient, status: 405, code: 'not-supported', text: /it answers GET$/ },
   { name: 'a prototype-polluting body', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","__proto__":{"x":1}}', status: 400, code: 'invalid', text: /not valid JSON/ },
 ];
 

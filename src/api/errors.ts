@@ -75,27 +75,53 @@ function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcom
 
 /**
  * The service's error answers. A path that a route serves for other methods
- * is a 405 naming them (FHIR: the interaction is not supported there); a
- * route that does not exist is a 404 saying so; a FHIR path outside
- * `fhirBasePath` (GET /fhir/Patient, say: another server's base) says where
- * the FHIR routes are.
+ * is a 405 naming them (FHIR: the interaction is not supported there), also
+ * when a route with a parameter took the request only to refuse it (DELETE
+ * /metadata reached DELETE /{Type}; GET /Patient/_search reached GET
+ * /{Type}/{id}); a route that does not exist is a 404 saying so; a FHIR path
+ * outside `fhirBasePath` (GET /fhir/Patient, say: another server's base)
+ * says where the FHIR routes are.
  */
 export function installErrorHandlers(app: FastifyInstance, fhirBasePath: string): void {
+  const notSupported = (request: FastifyRequest, reply: FastifyReply, allowed: string[]) => {
+    const path = pathOf(request);
+    reply.header('allow', allowed.join(', '));
+    return sendOutcome(reply, 405, operationOutcome('not-supported', `${request.method} is not supported on ${path}: it answers ${allowed.join(', ')}`));
+  };
+
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const { status, outcome } = errorOutcome(error, request);
+    if (status === 400 || status === 404) {
+      const allowed = methodsServedMoreExactly(app, request);
+      if (allowed.length > 0) return notSupported(request, reply, allowed);
+    }
     return sendOutcome(reply, status, outcome);
   });
 
   app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?')[0]!;
+    const path = pathOf(request);
     const allowed = routedMethods.filter((method) => method !== request.method && app.findRoute({ method, url: path }) !== null);
-    if (allowed.length > 0) {
-      reply.header('allow', allowed.join(', '));
-      return sendOutcome(reply, 405, operationOutcome('not-supported', `${request.method} is not supported on ${path}: it answers ${allowed.join(', ')}`));
-    }
+    if (allowed.length > 0) return notSupported(request, reply, allowed);
     const elsewhere = path.startsWith('/fhir/') && !path.startsWith(`${fhirBasePath}/`);
     const hint = elsewhere ? `: the FHIR base of this service is ${fhirBasePath} (${request.method} ${fhirBasePath}${path.slice('/fhir'.length)})` : '';
     return sendOutcome(reply, 404, operationOutcome('not-found', `There is no ${request.method} ${path}${hint}`));
+  });
+}
+
+const pathOf = (request: FastifyRequest) => request.url.split('?')[0]!;
+
+/**
+ * The other methods whose route for this path names more of it than the
+ * route that took the request (fewer parameters: /metadata rather than
+ * /{Type}): the path is theirs, and this method is not served on it.
+ */
+function methodsServedMoreExactly(app: FastifyInstance, request: FastifyRequest): string[] {
+  const taken = Object.keys(request.params ?? {}).length;
+  if (taken === 0) return [];
+  return routedMethods.filter((method) => {
+    if (method === request.method) return false;
+    const route = app.findRoute({ method, url: pathOf(request) });
+    return route !== null && Object.keys(route.params).length < taken;
   });
 }
 
