@@ -88,6 +88,22 @@ describe('lengths', () => {
     expect(off.json().id).toBe(first.json().id);
   });
 
+  it('accepts criteria whose token is 1,000 random CJK characters (3,000 bytes, past a btree entry): not indexed as a match term, and still matches what it selects', async () => {
+    const value = Array.from({ length: 1_000 }, (_, position) => String.fromCodePoint(0x4e00 + ((position * 104_729) % 20_000))).join('');
+    const created = await t.fhir('POST', '/Subscription', subscription(`Patient?identifier=${encodeURIComponent(value)}`));
+    expect(created.statusCode, created.body).toBe(201);
+    const id = created.json().id as string;
+    const { rows } = await t.database.pool.query('SELECT count(*)::int AS terms FROM webhook.subscription_match_terms WHERE subscription_id = $1', [id]);
+    expect(rows[0].terms).toBe(0);
+    // Active, it is evaluated on every Patient written, and records the one that holds the value.
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
+    for (const [patientId, identifier] of [['cjk-match', value], ['cjk-other', 'x']]) {
+      expect((await t.fhir('PUT', `/Patient/${patientId}`, { resourceType: 'Patient', id: patientId, identifier: [{ value: identifier }] })).statusCode).toBe(201);
+    }
+    const events = await t.database.pool.query('SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1', [id]);
+    expect(events.rows.map((row) => row.resource_id)).toEqual(['cjk-match']);
+  });
+
   it('refuses a search value (or one of its comma-separated alternatives) over 1,024 characters, naming the limit', async () => {
     expectRefusal(await t.fhir('GET', `/Patient?name:contains=${'a'.repeat(1_500)}`), /its value has 1,500 characters; the limit is 1,024/);
     expectRefusal(await t.fhir('GET', `/Patient?name:contains=a,${'a'.repeat(1_500)}`), /its alternative 2 of 2 has 1,500 characters; the limit is 1,024/);

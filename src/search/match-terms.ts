@@ -28,6 +28,15 @@ export function matchTerms(filters: readonly Filter[]): MatchTerm[] | null {
   return chosen === undefined ? null : dedupe(chosen);
 }
 
+/**
+ * The most bytes of a term's path and value together: they share one btree
+ * entry (webhook.subscription_match_terms' primary key), which holds at most
+ * 2,704 bytes. A filter with a longer term (a token of 1,000 CJK characters
+ * is 3,000 bytes) names none, and is evaluated on every row as one without
+ * terms is: slower, never wrong.
+ */
+const maxTermBytes = 2_000;
+
 function filterTerms({ parameter, modifier, values }: Filter): MatchTerm[] | null {
   if (parameter.type === 'composite' || (modifier !== undefined && typeof modifier !== 'object')) return null;
   const terms: MatchTerm[] = [];
@@ -36,7 +45,7 @@ function filterTerms({ parameter, modifier, values }: Filter): MatchTerm[] | nul
     if (found === null) return null;
     terms.push(...found);
   }
-  return terms;
+  return terms.some((term) => Buffer.byteLength(term.path) + Buffer.byteLength(term.value) > maxTermBytes) ? null : terms;
 }
 
 /** The terms one value requires, on every path of the parameter; null when one path could match without any. */
