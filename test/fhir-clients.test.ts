@@ -379,6 +379,12 @@ describe('conditional writes, history and links at their edges', () => {
       const response = await t.fhir('GET', `/_history?_since=${since}`);
       expect(response.statusCode, since).toBe(400);
     }
+    // A forged page token is refused before any of it reaches SQL: a day that does not exist, a key too short or too long.
+    for (const key of [['2026-02-30T00:00:00.000000Z', 'Patient', 'x', 1], ['2026-02-01T00:00:00.000000Z', 'Patient', 'x'], ['2026-02-01T00:00:00.000000Z', 'Patient', 'x', 1, 'before', 2]]) {
+      const response = await t.fhir('GET', `/_history?_page_token=${Buffer.from(JSON.stringify(key)).toString('base64url')}`);
+      expect(response.statusCode, JSON.stringify(key)).toBe(400);
+      expect(response.json().issue[0].details.text).toContain('Invalid _page_token');
+    }
   });
 
   it('lenient handling drops from the links only the pair it left out, not another of the same name; _format=application/fhir+json and _pretty are served', async () => {

@@ -5,6 +5,7 @@ import { fhirIdPattern } from '../fhir/definitions.ts';
 import { isInstant, isStoredInstant } from '../fhir/instant.ts';
 import { FhirError, badRequest, notFound } from '../fhir/outcome.ts';
 import { formatParameters } from '../fhir/parameters.ts';
+import { decodePageToken, encodePageToken, keysetPage, type Direction } from '../search/keyset-page.ts';
 import { splitQuery } from '../search/query.ts';
 import { inFhirOrder } from './store.ts';
 
@@ -108,54 +109,44 @@ export async function readHistoryPage(db: Db, scope: HistoryScope, query: Histor
     WHERE position = 1 OR running <= ${pageBytes}
     ORDER BY position`.execute(db);
 
-  const read = rows.slice(0, query.count).map(
-    (row): HistoryVersion => ({ resource: inFhirOrder(row.content), versionId: row.version_id, lastUpdated: row.instant, deleted: row.is_deletion, created: row.created }),
-  );
-  if (read.length === 0 && cursor === undefined && scope.id !== undefined && query.since === undefined) {
+  if (rows.length === 0 && cursor === undefined && scope.id !== undefined && query.since === undefined) {
     throw notFound(`${scope.type}/${scope.id} is not known`);
   }
-  const versions = backward ? read.reverse() : read;
-  const moreBeyond = rows.length > query.count || (rows[0]?.candidates ?? 0) > rows.length;
-  const first = versions[0];
-  const last = versions.at(-1);
-  const hasNext = last !== undefined && (backward || moreBeyond);
-  const hasPrevious = first !== undefined && (backward ? moreBeyond : cursor !== undefined);
+  const page = keysetPage(
+    rows.map((row): HistoryVersion => ({ resource: inFhirOrder(row.content), versionId: row.version_id, lastUpdated: row.instant, deleted: row.is_deletion, created: row.created })),
+    { count: query.count, direction: cursor?.direction ?? 'after', fromToken: cursor !== undefined, cut: (rows[0]?.candidates ?? 0) > rows.length },
+  );
+  const tokenAt = (version: HistoryVersion, direction: Direction) =>
+    encodePageToken([version.lastUpdated, version.resource.resourceType, version.resource.id, version.versionId], direction);
   return {
-    versions,
-    ...(cursor === undefined && !hasNext ? { total: versions.length } : {}),
-    ...(hasNext ? { nextPageToken: encodeCursor(last, 'after') } : {}),
-    ...(hasPrevious ? { previousPageToken: encodeCursor(first, 'before') } : {}),
+    versions: page.items,
+    ...(cursor === undefined && page.next === undefined ? { total: page.items.length } : {}),
+    ...(page.next === undefined ? {} : { nextPageToken: tokenAt(page.next, 'after') }),
+    ...(page.previous === undefined ? {} : { previousPageToken: tokenAt(page.previous, 'before') }),
   };
 }
 
-type Cursor = { lastUpdated: string; type: string; id: string; versionId: number; direction: 'after' | 'before' };
+/** A page token: a version's key (src/search/keyset-page.ts). */
+type Cursor = { lastUpdated: string; type: string; id: string; versionId: number; direction: Direction };
 
-function encodeCursor(version: HistoryVersion, direction: Cursor['direction']): string {
-  const key = [version.lastUpdated, version.resource.resourceType, version.resource.id, version.versionId];
-  return Buffer.from(JSON.stringify(direction === 'after' ? key : [...key, direction])).toString('base64url');
-}
-
-/** A next token is [lastUpdated, type, id, versionId]; a previous one adds 'before'. Checked before any of it reaches SQL. */
+/** A history token, its values checked before any reaches SQL. */
 function decodeCursor(token: string): Cursor {
-  try {
-    const [lastUpdated, type, id, versionId, direction = 'after', ...rest] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
-    if (
-      typeof lastUpdated === 'string' &&
-      isStoredInstant(lastUpdated) &&
-      typeof type === 'string' &&
-      /^[A-Z][A-Za-z]{0,63}$/.test(type) &&
-      typeof id === 'string' &&
-      fhirIdPattern.test(id) &&
-      Number.isInteger(versionId) &&
-      (versionId as number) > 0 &&
-      (versionId as number) < 2 ** 31 &&
-      (direction === 'after' || direction === 'before') &&
-      rest.length === 0
-    ) {
-      return { lastUpdated, type, id, versionId: versionId as number, direction };
-    }
-  } catch {
-    // fall through to the refusal
+  const decoded = decodePageToken(token, 4);
+  const [lastUpdated, type, id, versionId] = decoded?.key ?? [];
+  if (
+    decoded !== undefined &&
+    typeof lastUpdated === 'string' &&
+    isStoredInstant(lastUpdated) &&
+    typeof type === 'string' &&
+    /^[A-Z][A-Za-z]{0,63}$/.test(type) &&
+    typeof id === 'string' &&
+    fhirIdPattern.test(id) &&
+    typeof versionId === 'number' &&
+    Number.isInteger(versionId) &&
+    versionId > 0 &&
+    versionId < 2 ** 31
+  ) {
+    return { lastUpdated, type, id, versionId, direction: decoded.direction };
   }
   throw badRequest('Invalid _page_token: use the next or previous link of a history page');
 }

@@ -3,6 +3,7 @@ import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
 import { fhirIdPattern } from '../fhir/definitions.ts';
 import { isStoredInstant } from '../fhir/instant.ts';
+import { decodePageToken, encodePageToken, keysetPage, type Direction } from './keyset-page.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { accessor, compileFilters, compileRelated, referencesAnyOf, referenceStrings } from './jsonpath.ts';
 import type { Include, RelatedFilter, SearchQuery, SortOrder } from './query.ts';
@@ -39,8 +40,8 @@ export type SearchPage = {
   previousPageToken?: string;
 };
 
-/** A page token: the sort key of a row, and whether the page it starts is after that row (next) or before it (previous). */
-type Cursor = { sort: string; lastUpdated: string; id: string; direction: 'after' | 'before' };
+/** A page token: the sort key of a row (src/search/keyset-page.ts), with the sort it was made for. */
+type Cursor = { sort: string; lastUpdated: string; id: string; direction: Direction };
 
 /**
  * Runs a search: one page of matches in keyset order (no OFFSET: a page token
@@ -74,31 +75,26 @@ export async function searchResources(db: Db, query: SearchQuery): Promise<Searc
     WHERE position = 1 OR running <= ${pageBytes}
     ORDER BY position`.execute(db);
 
-  const read = rows.rows.slice(0, count).map((row) => row.content);
-  const matchesOnPage = backward ? read.reverse() : read;
-  const first = matchesOnPage[0];
-  const last = matchesOnPage.at(-1);
-  const cutBySize = (rows.rows[0]?.candidates ?? 0) > rows.rows.length;
-  // More rows beyond the page in the direction read; the other way lies the token's own page.
-  const moreBeyond = rows.rows.length > count || cutBySize;
-  const hasNext = last !== undefined && (backward || moreBeyond);
-  const hasPrevious = first !== undefined && (backward ? moreBeyond : cursor !== undefined);
+  const page = keysetPage(
+    rows.rows.map((row) => row.content),
+    { count, direction: cursor?.direction ?? 'after', fromToken: cursor !== undefined, cut: (rows.rows[0]?.candidates ?? 0) > rows.rows.length },
+  );
+  const matchesOnPage = page.items;
 
   let total: number | undefined;
   if (query.total === 'accurate' || query.total === 'estimate') {
     total = await countMatches(db, where);
-  } else if (cursor === undefined && !hasNext && query.total !== 'none') {
+  } else if (cursor === undefined && page.next === undefined && query.total !== 'none') {
     total = matchesOnPage.length;
   }
 
-  const tokenAt = (resource: FhirResource, direction: Cursor['direction']) =>
-    encodeCursor({ sort: sortKey(sort), lastUpdated: lastUpdatedOf(resource), id: resource.id!, direction });
+  const tokenAt = (resource: FhirResource, direction: Direction) => encodePageToken([sortKey(sort), lastUpdatedOf(resource), resource.id!], direction);
   return {
     matches: query.elements === undefined ? matchesOnPage : matchesOnPage.map((resource) => subsetted(resource, query.elements!)),
     included: await includedResources(db, matchesOnPage, query.include, query.revinclude),
     ...(total === undefined ? {} : { total }),
-    ...(hasNext ? { nextPageToken: tokenAt(last, 'after') } : {}),
-    ...(hasPrevious ? { previousPageToken: tokenAt(first, 'before') } : {}),
+    ...(page.next === undefined ? {} : { nextPageToken: tokenAt(page.next, 'after') }),
+    ...(page.previous === undefined ? {} : { previousPageToken: tokenAt(page.previous, 'before') }),
   };
 }
 
@@ -312,29 +308,12 @@ function keyOf(resource: FhirResource): string {
   return `${resource.resourceType}/${resource.id}`;
 }
 
-function encodeCursor(cursor: Cursor): string {
-  const key = [cursor.sort, cursor.lastUpdated, cursor.id];
-  return Buffer.from(JSON.stringify(cursor.direction === 'after' ? key : [...key, cursor.direction])).toString('base64url');
-}
-
-/** A next token is [sort, lastUpdated, id]; a previous one adds 'before'. */
+/** A token of this search's sort, its values checked before any reaches SQL. */
 function decodeCursor(token: string, expectedSort: string): Cursor {
-  try {
-    const [sort, lastUpdated, id, direction = 'after', ...rest] = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown[];
-    if (
-      typeof sort === 'string' &&
-      typeof lastUpdated === 'string' &&
-      typeof id === 'string' &&
-      (direction === 'after' || direction === 'before') &&
-      rest.length === 0 &&
-      sort === expectedSort &&
-      isStoredInstant(lastUpdated) &&
-      fhirIdPattern.test(id)
-    ) {
-      return { sort, lastUpdated, id, direction };
-    }
-  } catch {
-    // fall through to the refusal
+  const decoded = decodePageToken(token, 3);
+  const [sort, lastUpdated, id] = decoded?.key ?? [];
+  if (decoded !== undefined && typeof sort === 'string' && sort === expectedSort && typeof lastUpdated === 'string' && isStoredInstant(lastUpdated) && typeof id === 'string' && fhirIdPattern.test(id)) {
+    return { sort, lastUpdated, id, direction: decoded.direction };
   }
   throw badRequest('Invalid _page_token: use the next or previous link of a page, with the same _sort');
 }
