@@ -6,7 +6,8 @@ import type { StoredTopic } from './store.ts';
  * the Subscriptions Backport IG represents one as a Basic (its example
  * r4-encounter-complete): code fhir-types#SubscriptionTopic, meta.profile
  * the cross-version profile, the canonical URL in artifact-url, the status in
- * the modifierExtension artifact-status, and every other element of the R5
+ * the modifierExtension artifact-status (each also as the cross-version
+ * profile requires it: extension-SubscriptionTopic.url, .status), and every other element of the R5
  * definition as the cross-version extension
  * `…/extension-SubscriptionTopic.<element>`, in R4's data type for it. A
  * backbone element (resourceTrigger, canFilterBy, …) is a complex extension
@@ -75,7 +76,7 @@ const notificationShape: Element[] = [
 
 /**
  * The R5 SubscriptionTopic's elements carried as cross-version extensions, in
- * R5's order. Not here: url (artifact-url), status (artifact-status),
+ * R5's order. Not here: url and status (topicAsBasic writes each twice),
  * identifier (Basic.identifier, which the cross-version profile leaves to
  * Basic's own element).
  */

@@ -96,7 +96,15 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         querystring: conditionQuery,
         headers: ifMatchHeaders,
         body: resourceBody,
-        response: { 200: resource.describe('Updated: the new version'), 201: resource.describe('Created: nothing matched'), ...commonRefusals, 404: unknownType, 412: severalMatch, 413: tooLarge },
+        response: {
+          200: resource.describe('Updated: the new version'),
+          201: resource.describe('Created: nothing matched'),
+          ...commonRefusals,
+          404: unknownType,
+          409: operationOutcome.describe("Nothing matched, and the body's id is another resource's: not overwritten"),
+          412: operationOutcome.describe('The condition selects more than one resource (multiple-matches), or If-Match names a version that is not the current one'),
+          413: tooLarge,
+        },
       },
     },
     async (request, reply) => {
@@ -124,8 +132,7 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
       const { type } = request.params;
       assertResourceType(type);
       const { versionId } = await conditionalDelete(db, type, requiredCondition(request.url, `DELETE ${type}`), optionalIfMatch(request.headers['if-match']));
-      if (versionId !== undefined) reply.header('etag', `W/"${versionId}"`);
-      return reply.code(204).send();
+      return sendDeletion(reply, versionId);
     },
   );
 
@@ -234,8 +241,7 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
       const { type, id } = request.params;
       checkInstance(type, id);
       const { versionId } = await deleteResource(db, type, id, optionalIfMatch(request.headers['if-match']));
-      if (versionId !== undefined) reply.header('etag', `W/"${versionId}"`);
-      return reply.code(204).send();
+      return sendDeletion(reply, versionId);
     },
   );
 
@@ -308,6 +314,12 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     },
   );
 };
+
+/** A delete's answer: 204, with the deletion's version as ETag when it wrote one (not when it was deleted already, or nothing matched). */
+function sendDeletion(reply: FastifyReply, versionId: number | undefined): FastifyReply {
+  if (versionId !== undefined) reply.header('etag', `W/"${versionId}"`);
+  return reply.code(204).send();
+}
 
 function optionalIfMatch(header: string | undefined): number | undefined {
   return header === undefined ? undefined : parseIfMatch(header);

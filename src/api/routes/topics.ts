@@ -18,6 +18,7 @@ const basicExample = {
   meta: { profile: [topicOnR4.profile] },
   extension: [
     { url: topicOnR4.artifactUrl, valueUri: 'http://example.org/topics/encounter-complete' },
+    { url: topicElement('url'), valueUri: 'http://example.org/topics/encounter-complete' },
     { url: topicElement('version'), valueString: '1.0.0' },
     { url: topicElement('title'), valueString: 'Encounter complete' },
     {
@@ -40,14 +41,18 @@ const basicExample = {
     { url: topicElement('canFilterBy'), extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'patient' }] },
     { url: topicElement('notificationShape'), extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'include', valueString: 'Encounter:patient' }] },
   ],
-  modifierExtension: [{ url: topicOnR4.artifactStatus, valueCode: 'active' }],
+  modifierExtension: [
+    { url: topicOnR4.artifactStatus, valueCode: 'active' },
+    { url: topicElement('status'), valueCode: 'active' },
+  ],
   code: { coding: [topicOnR4.code] },
 };
 
 const asBasic =
   "R4 has no SubscriptionTopic type, and /SubscriptionTopic is this service's own discovery path. A topic is served as the Backport IG's R4 " +
   'representation of one: a Basic with code fhir-types#SubscriptionTopic, meta.profile profile-SubscriptionTopic, the canonical URL in the ' +
-  'artifact-url extension, the status (retired once the operator retired it) in the artifact-status modifierExtension, and the R5 definition\'s ' +
+  'artifact-url and extension-SubscriptionTopic.url extensions, the status (retired once the operator retired it) in the artifact-status and ' +
+  'extension-SubscriptionTopic.status modifierExtensions, and the R5 definition\'s ' +
   'other elements as extension-SubscriptionTopic.<element> extensions (docs/topics.md). npm run cli -- topics list lists the topics from their R5 definitions.';
 
 /**
