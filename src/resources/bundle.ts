@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
 import { z } from 'zod';
 import type { Db } from '../db/database.ts';
 import type { FhirResource } from '../db/schema.ts';
@@ -339,18 +340,7 @@ function nameEntry(error: FhirError, index: number): FhirError {
   return new FhirError(error.status, error.outcome.issue[0]?.code ?? 'processing', `Bundle.entry[${index}]: ${error.message}`);
 }
 
-const reasonPhrases: Record<number, string> = {
-  400: 'Bad Request',
-  404: 'Not Found',
-  405: 'Method Not Allowed',
-  409: 'Conflict',
-  410: 'Gone',
-  412: 'Precondition Failed',
-  413: 'Content Too Large',
-  415: 'Unsupported Media Type',
-  422: 'Unprocessable Entity',
-};
-
+/** A batch entry's response.status: the code and Node's reason phrase for it ('412 Precondition Failed'). */
 function statusLine(status: number): string {
-  return `${status} ${reasonPhrases[status] ?? ''}`.trim();
+  return `${status} ${STATUS_CODES[status] ?? ''}`.trim();
 }
