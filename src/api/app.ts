@@ -148,7 +148,8 @@ export async function buildApp({
       // Answers are FHIR JSON: a client that takes only XML (or RDF) is told so, not sent JSON it cannot read.
       // _format as sent: Fastify's query parser would read the '+' of application/fhir+json as a space.
       fhir.addHook('onRequest', async (request) => {
-        const format = splitQuery(rawQueryOf(request.url)).find(([name]) => name === '_format')?.[1];
+        // Every FHIR request passes here: its query is split only when it names a _format.
+        const format = request.url.includes('_format') ? splitQuery(rawQueryOf(request.url)).find(([name]) => name === '_format')?.[1] : undefined;
         const refusal = unservedFormat(request.headers.accept, format);
         if (refusal !== undefined) throw refusal;
       });
