@@ -194,6 +194,7 @@ END) > 0), false)) STORED NOT NULL,
   timeout_seconds integer,
   max_count integer,
   max_calls_per_second numeric,
+  parallel_calls integer,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
@@ -204,6 +205,7 @@ END) > 0), false)) STORED NOT NULL,
   CONSTRAINT subscriptions_max_calls_per_second_positive CHECK ((max_calls_per_second > (0)::numeric)),
   CONSTRAINT subscriptions_max_count_positive CHECK ((max_count > 0)),
   CONSTRAINT subscriptions_on_a_type_or_a_topic CHECK (((topic_id IS NULL) = (resource_type IS NOT NULL))),
+  CONSTRAINT subscriptions_parallel_calls_positive CHECK ((parallel_calls > 0)),
   CONSTRAINT subscriptions_payload_content_known CHECK ((payload_content = ANY (ARRAY['empty'::text, 'id-only'::text, 'full-resource'::text]))),
   CONSTRAINT subscriptions_payload_content_on_a_topic CHECK (((payload_content IS NOT NULL) = (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
@@ -221,6 +223,7 @@ COMMENT ON COLUMN webhook.subscriptions.topic_id IS 'The topic of a topic-based 
 COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS 'A topic-based subscription''s filters as sent (backport-filter-criteria), sorted; NULL for a classic subscription.';
 COMMENT ON COLUMN webhook.subscriptions.payload_content IS 'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
 COMMENT ON COLUMN webhook.subscriptions.max_calls_per_second IS 'At most this many calls a second to the subscriber (NULL: DELIVERY_MAX_CALLS_PER_SECOND, or no limit).';
+COMMENT ON COLUMN webhook.subscriptions.parallel_calls IS 'At most this many calls in flight to the subscriber at once, within DELIVERY_PARALLEL_CALLS (NULL: 1 for a topic-based subscription, DELIVERY_PARALLEL_CALLS for a classic one).';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,

@@ -81,6 +81,8 @@ export interface SubscriptionsTable {
   max_count: number | null;
   /** Calls a second at most (migration 0021); numeric, read as text. */
   max_calls_per_second: ColumnType<string | null, number | null, number | null>;
+  /** Calls in flight at once at most, within DELIVERY_PARALLEL_CALLS (migration 0024); null: 1 on a topic, else DELIVERY_PARALLEL_CALLS. */
+  parallel_calls: number | null;
 }
 
 /** What a call to a subscriber was (webhook.delivery_attempts.kind). */

@@ -53,6 +53,13 @@ export type Target = {
   topic: TopicTarget | undefined;
   /** Calls a second at most: the subscription's own limit, else DELIVERY_MAX_CALLS_PER_SECOND; undefined: none. */
   maxCallsPerSecond: number | undefined;
+  /**
+   * Calls in flight at once at most: the subscription's own (parallel-calls)
+   * within DELIVERY_PARALLEL_CALLS, which bounds every subscription's; else
+   * one for a topic-based subscription, whose receiver reads the events in
+   * number order, and DELIVERY_PARALLEL_CALLS for a classic one.
+   */
+  parallelCalls: number;
 };
 
 export type TopicTarget = {
@@ -70,10 +77,19 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
     .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
+  const topic =
+    row.payload_content === null || row.topic_url === null
+      ? undefined
+      : {
+          url: row.topic_url,
+          payloadContent: row.payload_content,
+          shapes: (row.topic_compiled as CompiledTopic).shapes,
+          timeoutMs: row.timeout_seconds === null ? undefined : row.timeout_seconds * 1000,
+        };
   return {
     id: row.id,
     status: row.status,
@@ -84,15 +100,8 @@ export async function loadTarget(context: DispatchContext, id: string): Promise<
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
     maxCallsPerSecond: row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
-    topic:
-      row.payload_content === null || row.topic_url === null
-        ? undefined
-        : {
-            url: row.topic_url,
-            payloadContent: row.payload_content,
-            shapes: (row.topic_compiled as CompiledTopic).shapes,
-            timeoutMs: row.timeout_seconds === null ? undefined : row.timeout_seconds * 1000,
-          },
+    parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
+    topic,
   };
 }
 

@@ -43,6 +43,8 @@ type Channel = {
   contactEmails: string[];
   /** The subscription's own limit of calls a second (the max-calls-per-second extension on channel). */
   maxCallsPerSecond: number | undefined;
+  /** The calls in flight at once the subscription asks for (the parallel-calls extension on channel). */
+  parallelCalls: number | undefined;
 };
 
 /** What a request is checked against besides itself. */
@@ -64,6 +66,24 @@ export function maxCallsPerSecondExtension(baseUrl: string): string {
 
 /** The highest limit one may ask for: beyond it, a limit means nothing. */
 const maxMaxCallsPerSecond = 10_000;
+
+/**
+ * The service's extension on channel that sets how many calls to the
+ * subscriber may be in flight at once (valuePositiveInt), within
+ * DELIVERY_PARALLEL_CALLS: without it, one for a topic-based subscription
+ * (its receiver reads the events in number order) and DELIVERY_PARALLEL_CALLS
+ * for a classic one.
+ */
+export function parallelCallsExtension(baseUrl: string): string {
+  return `${baseUrl}/fhir/resources/StructureDefinition/parallel-calls`;
+}
+
+/**
+ * The most calls in flight one subscription may ask for: the most
+ * DELIVERY_PARALLEL_CALLS may be (src/config/index.ts), since a subscription
+ * gets no more than the service's own number.
+ */
+export const maxParallelCalls = 100;
 
 export function refusal(message: string): FhirError {
   return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
@@ -212,6 +232,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
     clientSecret: secrets[0]?.[2],
     contactEmails: contacts.map((item) => item.value),
     maxCallsPerSecond: parseMaxCallsPerSecond(channelExtensions, limits.baseUrl),
+    parallelCalls: parseParallelCalls(channelExtensions, limits.baseUrl),
   };
   if (onTopic) {
     const payloadExtensions = extensionsAt('channel._payload', (resource.channel as { _payload?: unknown })._payload);
@@ -299,6 +320,15 @@ function parseMaxCallsPerSecond(extensions: Extension[], baseUrl: string): numbe
     throw refusal(`channel's max-calls-per-second must be a valueDecimal above 0, at most ${maxMaxCallsPerSecond.toLocaleString('en')}`);
   }
   return value;
+}
+
+/** The parallel-calls extension on channel, if given: a whole number from 1 to maxParallelCalls. */
+function parseParallelCalls(extensions: Extension[], baseUrl: string): number | undefined {
+  const value = single(extensions, parallelCallsExtension(baseUrl), 'valuePositiveInt');
+  if (value !== undefined && (!Number.isInteger(value) || (value as number) < 1 || (value as number) > maxParallelCalls)) {
+    throw refusal(`channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`);
+  }
+  return value as number | undefined;
 }
 
 /** The value of the one extension with `url` (refused when given twice or without a value of its type). */

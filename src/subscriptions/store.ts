@@ -6,7 +6,7 @@ import { enqueueJob } from '../dispatch/tasks/jobs.ts';
 import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
-import { maxCallsPerSecondExtension, parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
+import { maxCallsPerSecondExtension, parallelCallsExtension, parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
 import type { SecretBox } from './secrets.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
@@ -132,6 +132,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       reason: request.reason,
       contact_emails: request.contactEmails,
       max_calls_per_second: request.maxCallsPerSecond ?? null,
+      parallel_calls: request.parallelCalls ?? null,
       error: null,
       ended_at: null,
       created_by_api_key: caller.apiKeyId,
@@ -253,6 +254,7 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
   const onTopic = row.payload_content !== null;
   const channelExtensions = [
     ...(row.max_calls_per_second === null ? [] : [{ url: maxCallsPerSecondExtension(context.baseUrl), valueDecimal: Number(row.max_calls_per_second) }]),
+    ...(row.parallel_calls === null ? [] : [{ url: parallelCallsExtension(context.baseUrl), valuePositiveInt: row.parallel_calls }]),
     ...backportChannelExtensions(row),
   ];
   return {

@@ -39,12 +39,13 @@ export type ClaimMore = (afterEventId: string) => Promise<Batch>;
 
 /**
  * A claim's delivery: the events of one active subscription, in log order,
- * at most DELIVERY_PARALLEL_CALLS calls in flight to the subscriber. The
- * claim has already set aside the versions the subscriber must not get (an
- * older one after a newer) and numbered the rest. While a full batch is sent,
- * the subscription's next events are claimed (`claimMore`), and sent as soon
- * as the batch's calls are done, while the batch is recorded: a long stream
- * does not wait between batches.
+ * at most `target.parallelCalls` calls in flight to the subscriber (one at a
+ * time, in event-number order, for a topic-based subscription that does not
+ * ask for more). The claim has already set aside the versions the
+ * subscriber must not get (an older one after a newer) and numbered the
+ * rest. While a full batch is sent, the subscription's next events are
+ * claimed (`claimMore`), and sent as soon as the batch's calls are done,
+ * while the batch is recorded: a long stream does not wait between batches.
  *
  * Failures are counted per event: a retryable one is tried again with
  * jittered spacing, up to DELIVERY_MAX_FAILURES attempts, and the last one
@@ -150,9 +151,12 @@ class Pacer {
 type Sent = CallResult | 'gone' | 'unsent';
 
 /**
- * Calls the subscriber for each body, at most DELIVERY_PARALLEL_CALLS at once,
- * in the claim's order. Stops starting calls after a retryable failure, or
- * when the worker shuts down (the call cut short counts as not sent).
+ * Calls the subscriber for each body, in the claim's order, at most
+ * `target.parallelCalls` at once: each lane starts its next call once its
+ * last one was answered. With one lane (a topic-based subscription's
+ * default) the subscriber gets the calls one after the other, in event-number
+ * order. Stops starting calls after a retryable failure, or when the worker
+ * shuts down (the call cut short counts as not sent).
  */
 async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], pacer: Pacer | undefined, signal?: AbortSignal): Promise<Sent[]> {
   const results: Sent[] = bodies.map(() => 'unsent');
@@ -183,7 +187,7 @@ async function send(context: DispatchContext, target: Target, bodies: unknown[],
       if (result.verdict === 'retryable') stop = true;
     }
   };
-  await Promise.all(Array.from({ length: Math.min(context.delivery.parallelCalls, bodies.length) }, lane));
+  await Promise.all(Array.from({ length: Math.min(target.parallelCalls, bodies.length) }, lane));
   return results;
 }
 
