@@ -694,29 +694,39 @@ CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  WITH in_claim AS (
-    SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id,
-           max(e.version_id) OVER (PARTITION BY e.subscription_id, e.resource_type, e.resource_id) AS newest_claimed
+  WITH claimed AS MATERIALIZED (
+    SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id, e.status,
+           e.attempts > 0 OR e.not_before IS NOT NULL OR e.event_number IS NOT NULL AS may_be_overtaken
     FROM webhook.subscription_events e
-    JOIN webhook.subscriptions s ON s.id = e.subscription_id
-    WHERE e.id = ANY (batch) AND s.topic_id IS NULL
+    WHERE e.id = ANY (batch)
+  ), in_claim AS (
+    SELECT claimed.*,
+           max(claimed.version_id) OVER (PARTITION BY claimed.subscription_id, claimed.resource_type, claimed.resource_id) AS newest_claimed
+    FROM claimed
+    JOIN webhook.subscriptions s ON s.id = claimed.subscription_id
+    WHERE claimed.status = 'pending' AND s.topic_id IS NULL
   )
   UPDATE webhook.subscription_events e
   SET status = 'superseded', settled_at = now()
   FROM in_claim
   WHERE e.id = in_claim.id
     AND (in_claim.version_id < in_claim.newest_claimed
-         OR EXISTS (SELECT FROM webhook.delivery_attempts called
-                     WHERE called.subscription_id = in_claim.subscription_id AND called.kind = 'notification'
-                       AND called.resource_type = in_claim.resource_type AND called.resource_id = in_claim.resource_id
-                       AND called.version_id > in_claim.version_id));
+         OR in_claim.may_be_overtaken
+            AND EXISTS (SELECT FROM webhook.delivery_attempts called
+                         WHERE called.subscription_id = in_claim.subscription_id AND called.kind = 'notification'
+                           AND called.resource_type = in_claim.resource_type AND called.resource_id = in_claim.resource_id
+                           AND called.version_id > in_claim.version_id));
 
-  WITH fresh AS (
-    SELECT e.id, e.subscription_id,
-           row_number() OVER (PARTITION BY e.subscription_id ORDER BY e.id) AS n,
-           count(*) OVER (PARTITION BY e.subscription_id) AS total
+  WITH claimed AS MATERIALIZED (
+    SELECT e.id, e.subscription_id, e.status, e.event_number
     FROM webhook.subscription_events e
-    WHERE e.id = ANY (batch) AND e.status = 'pending' AND e.event_number IS NULL
+    WHERE e.id = ANY (batch)
+  ), fresh AS (
+    SELECT claimed.id, claimed.subscription_id,
+           row_number() OVER (PARTITION BY claimed.subscription_id ORDER BY claimed.id) AS n,
+           count(*) OVER (PARTITION BY claimed.subscription_id) AS total
+    FROM claimed
+    WHERE claimed.status = 'pending' AND claimed.event_number IS NULL
   ), advanced AS (
     UPDATE webhook.subscription_streams stream
     SET last_event_number = stream.last_event_number + counted.total
@@ -730,11 +740,17 @@ BEGIN
   WHERE e.id = fresh.id;
 
   RETURN QUERY
-    SELECT e.subscription_id, s.version_id, e.id, e.event_number, e.resource_type, e.resource_id, e.version_id, e.deleted, e.attempts
-    FROM webhook.subscription_events e
-    JOIN webhook.subscriptions s ON s.id = e.subscription_id
-    WHERE e.id = ANY (batch) AND e.status = 'pending'
-    ORDER BY e.subscription_id, e.id;
+    WITH claimed AS MATERIALIZED (
+      SELECT e.subscription_id, e.id, e.event_number, e.resource_type, e.resource_id, e.version_id, e.deleted, e.attempts, e.status
+      FROM webhook.subscription_events e
+      WHERE e.id = ANY (batch)
+    )
+    SELECT claimed.subscription_id, s.version_id, claimed.id, claimed.event_number, claimed.resource_type, claimed.resource_id,
+           claimed.version_id, claimed.deleted, claimed.attempts
+    FROM claimed
+    JOIN webhook.subscriptions s ON s.id = claimed.subscription_id
+    WHERE claimed.status = 'pending'
+    ORDER BY claimed.subscription_id, claimed.id;
 END
 $function$;
 

@@ -87,13 +87,15 @@ function claimsOf(rows: ClaimedRow[]): Claim[] {
 /**
  * Adds events to a subscription's log (a reactivated subscription's event; a
  * notification job of the version before the log), in the caller's
- * transaction, and wakes the senders when it commits.
+ * transaction, and wakes the senders when it commits. They come after events
+ * the trigger recorded, possibly of newer versions already sent: their
+ * not_before (due now) tells the claim to check (webhook.prepare_claimed_events).
  */
 export async function recordEvents(db: Db, subscriptionId: string, events: (VersionEvent & { attempts?: number })[]): Promise<void> {
   await sql`
     WITH recorded AS (
-      INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, attempts)
-      SELECT ${subscriptionId}::uuid, event.resource_type, event.resource_id, event.version_id, event.deleted, event.attempts
+      INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, attempts, not_before)
+      SELECT ${subscriptionId}::uuid, event.resource_type, event.resource_id, event.version_id, event.deleted, event.attempts, now()
       FROM jsonb_to_recordset(${JSON.stringify(events.map((event) => ({ resource_type: event.resourceType, resource_id: event.resourceId, version_id: event.versionId, deleted: event.deleted, attempts: event.attempts ?? 0 })))}::jsonb)
         AS event(resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
       RETURNING 1
