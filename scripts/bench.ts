@@ -303,18 +303,23 @@ async function profiled<T>(url: string, dispatchers: number[], work: () => Promi
   const sampler = new pg.Client({ connectionString: url });
   await sampler.connect();
   const states = new Map<string, number>();
+  const statements = new Map<string, number>();
   let samples = 0;
   let running = true;
   const sampling = (async () => {
     while (running) {
-      const { rows } = await sampler.query<{ state: string; n: number }>(
-        `SELECT CASE WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'CPU') ELSE state END AS state, count(*)::int AS n
+      const { rows } = await sampler.query<{ state: string; statement: string; n: number }>(
+        `SELECT CASE WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'CPU') ELSE state END AS state,
+                CASE WHEN state = 'active' THEN left(regexp_replace(query, '\\s+', ' ', 'g'), 70) END AS statement, count(*)::int AS n
          FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' AND backend_type = 'client backend'
-         GROUP BY 1`,
+         GROUP BY 1, 2`,
       );
       samples++;
-      for (const { state, n } of rows) states.set(state, (states.get(state) ?? 0) + n);
+      for (const { state, statement, n } of rows) {
+        states.set(state, (states.get(state) ?? 0) + n);
+        if (statement !== null) statements.set(statement, (statements.get(statement) ?? 0) + n);
+      }
       await sleep(100);
     }
   })();
@@ -333,9 +338,14 @@ async function profiled<T>(url: string, dispatchers: number[], work: () => Promi
       .slice(0, 5)
       .map(([state, n]) => `${state} ${(n / samples).toFixed(1)}`)
       .join(', ');
+    const busiest = [...statements]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5)
+      .map(([statement, n]) => `${(n / samples).toFixed(2)} ${statement}`)
+      .join('\n    ');
     const profile =
       `the worker process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
-      `database sessions on average: ${sessions}`;
+      `database sessions on average: ${sessions}; active statements on average:\n    ${busiest}`;
     return { result, profile };
   } finally {
     running = false;
@@ -385,20 +395,23 @@ async function broad(bench: Bench, subscriptions: number, writes: number): Promi
   const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=preliminary,broad-${n + 1}`);
   const paths = await subscribe(bench, criteria);
   const ids = Array.from({ length: writes }, (_, n) => `broad-${n + 1}`);
-  const { rate, checks } = await deliverAll(bench, paths, ids, async () => {
-    let first: number | undefined;
-    for (const id of ids) {
-      await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Observation', id, status: 'preliminary', code: { text: 'broad' } })]);
-      first ??= wallNow();
-    }
-    return first!;
-  });
+  const { result, profile } = await profiled(bench.database.connectionString, bench.dispatchers, () =>
+    deliverAll(bench, paths, ids, async () => {
+      let first: number | undefined;
+      for (const id of ids) {
+        await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Observation', id, status: 'preliminary', code: { text: 'broad' } })]);
+        first ??= wallNow();
+      }
+      return first!;
+    }),
+  );
+  const { rate, checks } = result;
   await switchOff(bench, criteria);
   return {
     row: `broad: ${subscriptions.toLocaleString('en-US')} subscriptions all matching ${writes} single-row writes`,
     figure: rate,
     unit: 'deliveries/s',
-    checks,
+    checks: `${checks}\n  where the time goes: ${profile}`,
   };
 }
 
