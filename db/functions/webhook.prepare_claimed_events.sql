@@ -71,11 +71,13 @@ BEGIN
     SET last_event_number = stream.last_event_number + counted.total
     FROM (SELECT DISTINCT fresh.subscription_id, fresh.total FROM fresh) counted
     WHERE stream.subscription_id = counted.subscription_id
-    RETURNING stream.subscription_id, stream.last_event_number - counted.total AS numbered_before
   )
+  -- The numbers follow the streams' last numbers as they were before this
+  -- statement (its parts share one snapshot: the main UPDATE does not see
+  -- the advance), which the claim holds, so no other sender moves them.
   UPDATE webhook.subscription_events e
-  SET event_number = advanced.numbered_before + fresh.n
-  FROM fresh JOIN advanced ON advanced.subscription_id = fresh.subscription_id
+  SET event_number = stream.last_event_number + fresh.n
+  FROM fresh JOIN webhook.subscription_streams stream ON stream.subscription_id = fresh.subscription_id
   WHERE e.id = fresh.id;
 
   RETURN QUERY

@@ -176,7 +176,10 @@ export async function settleClaim(
           settled_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END
       FROM jsonb_to_recordset(${JSON.stringify(outcomes.map((outcome) => ({ id: outcome.eventId, status: outcome.status, attempts: outcome.attempts, not_before: outcome.notBefore })))}::jsonb)
         AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
-      WHERE event.id = outcome.id AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
+      -- The ids again as an array: the planner finds them by primary key (a join with the
+      -- function's rows alone was planned as a scan of the whole log, days of events).
+      WHERE event.id = ANY (${outcomes.map((outcome) => outcome.eventId)}::bigint[]) AND event.id = outcome.id
+        AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
     )
     UPDATE webhook.subscription_streams
     SET claimed_by = CASE WHEN ${keepClaim} THEN claimed_by END,
