@@ -47,6 +47,7 @@ import { createSecretBox } from '../src/subscriptions/secrets.ts';
 import { submitSubscription, type SubscriptionContext } from '../src/subscriptions/store.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { startBenchReceiver, wallNow, type BenchReceiver, type Receipt } from './support/bench-receiver.ts';
+import { meterDatabaseCpu } from './support/database-cpu.ts';
 import { createScratchDatabase } from './support/scratch-database.ts';
 import { cpuSeconds, peakRssKiB, resetPeakRss } from './support/process-stats.ts';
 import { percentile } from './support/statistics.ts';
@@ -63,7 +64,18 @@ const options = new Command('npm run bench --')
 /** Whether a row is to be measured in this run (--only). */
 const wanted = (name: string) => options.only === undefined || options.only.split(',').some((prefix) => name.startsWith(prefix.trim()));
 
-type Row = { row: string; figure: number; unit: string; ratioToCeiling?: number; target?: string; met?: boolean; checks?: string; peakRssMiB?: number };
+type Row = {
+  row: string;
+  figure: number;
+  unit: string;
+  ratioToCeiling?: number;
+  target?: string;
+  met?: boolean;
+  checks?: string;
+  peakRssMiB?: number;
+  /** CPU time of the database's backends per 1,000 deliveries (or jobs), in seconds, when the server is on this machine. */
+  databaseCpuPerThousand?: number;
+};
 
 const secret = randomBytes(16).toString('hex');
 /** One key for every dispatcher phase: a subscription made in one is read in the next. */
@@ -79,6 +91,7 @@ async function graphileWorkerCeiling(url: string, jobs: number): Promise<Row> {
   pool.on('error', report);
   pool.on('connect', (client) => client.on('error', report));
   const runner = await run({ pgPool: pool, concurrency: 10, noHandleSignals: true, logger: quiet, taskList: { bench_noop: async () => undefined } });
+  const databaseCpu = await meterDatabaseCpu(url);
   try {
     await pool.query(
       `SELECT graphile_worker.add_jobs(array(
@@ -87,11 +100,18 @@ async function graphileWorkerCeiling(url: string, jobs: number): Promise<Row> {
     );
     const committed = wallNow();
     await until(async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker.jobs')).rows[0]!.n === 0, 120_000, 'the no-op jobs');
-    return { row: 'ceiling: graphile-worker no-op jobs, concurrency 10', figure: jobs / ((wallNow() - committed) / 1000), unit: 'jobs/s' };
+    const rate = jobs / ((wallNow() - committed) / 1000);
+    return { row: 'ceiling: graphile-worker no-op jobs, concurrency 10', figure: rate, unit: 'jobs/s', ...perThousand(await databaseCpu.stop(), jobs) };
   } finally {
+    await databaseCpu.stop();
     await runner.stop();
     await pool.end();
   }
+}
+
+/** The database's CPU per 1,000 of `count` (deliveries, jobs), when it could be read. */
+function perThousand(databaseCpuSeconds: number | undefined, count: number): Pick<Row, 'databaseCpuPerThousand'> {
+  return databaseCpuSeconds === undefined ? {} : { databaseCpuPerThousand: (databaseCpuSeconds / count) * 1000 };
 }
 
 async function receiverCapacity(receiver: BenchReceiver, posts: number): Promise<Row> {
@@ -279,7 +299,13 @@ async function drain(bench: Bench, rows: number): Promise<Row> {
       ),
     ),
   );
-  return { row: `drain: one statement of ${rows.toLocaleString('en-US')} rows, 1 subscription`, figure: result.rate, unit: 'deliveries/s', checks: `${result.checks}\n  where the time goes: ${profile}` };
+  return {
+    row: `drain: one statement of ${rows.toLocaleString('en-US')} rows, 1 subscription`,
+    figure: result.rate,
+    unit: 'deliveries/s',
+    checks: `${result.checks}\n  where the time goes: ${profile.text}`,
+    ...perThousand(profile.databaseCpuSeconds, rows),
+  };
 }
 
 /** CPU time of all cores since boot, in ms: busy and total. */
@@ -299,7 +325,8 @@ function machineTimes(): { busy: number; total: number } {
  * are doing, sampled every 100 ms from pg_stat_activity (wait events; "CPU"
  * when active with none).
  */
-async function profiled<T>(url: string, dispatchers: number[], work: () => Promise<T>): Promise<{ result: T; profile: string }> {
+async function profiled<T>(url: string, dispatchers: number[], work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined } }> {
+  const databaseCpu = await meterDatabaseCpu(url);
   const sampler = new pg.Client({ connectionString: url });
   await sampler.connect();
   const states = new Map<string, number>();
@@ -343,14 +370,18 @@ async function profiled<T>(url: string, dispatchers: number[], work: () => Promi
       .slice(0, 5)
       .map(([statement, n]) => `${(n / samples).toFixed(2)} ${statement}`)
       .join('\n    ');
-    const profile =
-      `the worker process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
+    const databaseCpuSeconds = await databaseCpu.stop();
+    const text =
+      `the worker process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, ` +
+      (databaseCpuSeconds === undefined ? '' : `the database's backends ${((databaseCpuSeconds * 1000 / elapsedMs) * 100).toFixed(0)}%, `) +
+      `machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
       `database sessions on average: ${sessions}; active statements on average:\n    ${busiest}`;
-    return { result, profile };
+    return { result, profile: { text, databaseCpuSeconds } };
   } finally {
     running = false;
     await sampling;
     await sampler.end();
+    await databaseCpu.stop();
   }
 }
 
@@ -406,12 +437,14 @@ async function broad(bench: Bench, subscriptions: number, writes: number): Promi
     }),
   );
   const { rate, checks } = result;
+  const deliveries = subscriptions * writes;
   await switchOff(bench, criteria);
   return {
     row: `broad: ${subscriptions.toLocaleString('en-US')} subscriptions all matching ${writes} single-row writes`,
     figure: rate,
     unit: 'deliveries/s',
-    checks: `${checks}\n  where the time goes: ${profile}`,
+    checks: `${checks}\n  where the time goes: ${profile.text}`,
+    ...perThousand(profile.databaseCpuSeconds, deliveries),
   };
 }
 
@@ -763,11 +796,32 @@ async function until(check: () => Promise<boolean>, timeoutMs: number, what: str
   }
 }
 
-/** The targets that are ratios to other rows of the run: drain and broad ≥ 2× the graphile-worker ceiling, fan-out ≥ drain. */
+/**
+ * The targets that are ratios to other rows of the run: drain and broad ≥ 2×
+ * the graphile-worker ceiling, fan-out ≥ drain; and the database's CPU per
+ * 1,000 deliveries of drain and broad ≤ 0.5× its CPU per 1,000 of the
+ * ceiling's no-op jobs (batched claims should cost less than a job each).
+ */
 function withTargets(rows: Row[]): Row[] {
-  const ceiling = rows.find((row) => row.row.startsWith('ceiling: graphile-worker'))!.figure;
+  const ceilingRow = rows.find((row) => row.row.startsWith('ceiling: graphile-worker'))!;
+  const ceiling = ceilingRow.figure;
   const drainRate = rows.find((row) => row.row.startsWith('drain'))?.figure;
-  return rows.map((row) => {
+  const databaseCpuRows = rows.flatMap((row): Row[] => {
+    const perJob = ceilingRow.databaseCpuPerThousand;
+    if (row === ceilingRow || row.databaseCpuPerThousand === undefined || perJob === undefined) return [];
+    const ratio = row.databaseCpuPerThousand / perJob;
+    return [
+      {
+        row: `database CPU per 1,000 deliveries, ${row.row.split(':')[0]}, vs per 1,000 no-op jobs`,
+        figure: ratio,
+        unit: '×',
+        target: '≤ 0.5×',
+        met: ratio <= 0.5,
+        checks: `${row.databaseCpuPerThousand.toFixed(2)} s per 1,000 deliveries, ${perJob.toFixed(2)} s per 1,000 no-op jobs`,
+      },
+    ];
+  });
+  return [...rows, ...databaseCpuRows].map((row) => {
     if (row.row.startsWith('drain') || row.row.startsWith('broad')) return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 2× the ceiling', met: row.figure >= 2 * ceiling };
     if (row.row.startsWith('fan-out') && drainRate !== undefined) {
       return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ drain', met: row.figure >= drainRate };
