@@ -22,6 +22,7 @@ describe('configuration from the environment', () => {
         responseTimeoutMs: 15_000,
         concurrency: 64,
         parallelCalls: 8,
+        maxConnectionsPerOrigin: 64,
         allowPrivateNetworks: false,
         standardSignatures: false,
         logRetentionDays: 30,
@@ -48,6 +49,17 @@ describe('configuration from the environment', () => {
     });
   });
 
+  it('keeps more connections to an origin than one subscription may have calls in flight', () => {
+    expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '4', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '5' }).delivery).toMatchObject({ parallelCalls: 4, maxConnectionsPerOrigin: 5 });
+    const refusal =
+      'Invalid configuration:\n  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (8) must be greater than DELIVERY_PARALLEL_CALLS (8): ' +
+      'else one subscription that hangs holds every connection to its origin, and the other subscriptions there wait';
+    expect(() => loadConfig({ DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '8' })).toThrow(new ConfigError(refusal));
+    // Raising the calls in flight past the default cap needs the cap raised too.
+    expect(() => loadConfig({ DELIVERY_PARALLEL_CALLS: '64' })).toThrow('DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (64) must be greater than DELIVERY_PARALLEL_CALLS (64)');
+    expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '64', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '65' }).delivery.maxConnectionsPerOrigin).toBe(65);
+  });
+
   it.each([
     ['PORT', 'eighty'],
     ['PORT', '70000'],
@@ -61,6 +73,7 @@ describe('configuration from the environment', () => {
     ['WEBHOOK_NAMING_SYSTEM', 'a/b'],
     ['DELIVERY_RETRY_DELAYS_MS', '10s,1m'],
     ['DELIVERY_MAX_FAILURES', '0'],
+    ['DELIVERY_MAX_CONNECTIONS_PER_ORIGIN', 'many'],
     ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'sometimes'],
     ['SMTP_URL', 'http://mail'],
     ['ALERT_EMAIL_FROM', 'nobody'],

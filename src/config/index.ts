@@ -42,6 +42,11 @@ const environmentSchema = z.object({
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
   WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
   DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
+  // Receivers are often shared (one host's endpoints for many subscriptions); uncapped, one worker
+  // process could open WORKER_CONCURRENCY × DELIVERY_PARALLEL_CALLS (512) sockets to one of them.
+  // 64 is eight subscriptions sending at the default's full parallelism: a hanging subscriber
+  // holds 8 of them, and the others at its origin share the 56 left.
+  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: z.coerce.number().int().min(2).default(64),
   DELIVERY_MAX_CALLS_PER_SECOND: z.coerce.number().positive().max(100_000).optional(),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
@@ -84,6 +89,8 @@ export type Config = Readonly<{
     /** Jobs in flight per worker process. */
     concurrency: number;
     parallelCalls: number;
+    /** Connections one worker process holds to one origin (scheme, host, port) at most; more than parallelCalls. */
+    maxConnectionsPerOrigin: number;
     /** Calls a second to one subscriber at most, unless its subscription says; undefined: no limit. */
     maxCallsPerSecond: number | undefined;
     /** Turns the SSRF guard off (development only). */
@@ -115,6 +122,12 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   if (env.OAUTH_TOKEN_URL !== undefined && (env.OAUTH_CLIENT_ID === undefined || env.OAUTH_CLIENT_SECRET === undefined)) {
     throw new ConfigError('Invalid configuration:\n  OAUTH_TOKEN_URL is set, so OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET are required');
   }
+  if (env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN <= env.DELIVERY_PARALLEL_CALLS) {
+    throw new ConfigError(
+      `Invalid configuration:\n  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (${env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN}) must be greater than DELIVERY_PARALLEL_CALLS (${env.DELIVERY_PARALLEL_CALLS}): ` +
+        'else one subscription that hangs holds every connection to its origin, and the other subscriptions there wait',
+    );
+  }
   return {
     databaseUrl: env.DATABASE_URL,
     port: env.PORT,
@@ -135,6 +148,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,
       concurrency: env.WORKER_CONCURRENCY,
       parallelCalls: env.DELIVERY_PARALLEL_CALLS,
+      maxConnectionsPerOrigin: env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN,
       maxCallsPerSecond: env.DELIVERY_MAX_CALLS_PER_SECOND,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,

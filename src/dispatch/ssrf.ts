@@ -156,15 +156,26 @@ export type DeliveryAgentOptions = {
   connectTimeoutMs: number;
   /** Limit on the wait for the response headers, and between body chunks. */
   responseTimeoutMs: number;
+  /**
+   * Connections to one origin (scheme, host and port) at most, idle ones included; a call past
+   * them waits in the origin's queue for one to free up. Unset: no limit.
+   */
+  maxConnectionsPerOrigin?: number;
 };
 
-/** The dispatcher for webhook deliveries: HTTP/1.1 only, with the SSRF guard unless turned off. */
+/**
+ * The dispatcher for webhook deliveries: HTTP/1.1 only, with the SSRF guard unless turned off,
+ * and a pool of at most `maxConnectionsPerOrigin` connections for each origin. A connection
+ * carries one call at a time (undici's default pipelining of 1), so the cap is also the calls
+ * in flight to the origin.
+ */
 export function createDeliveryAgent(options: DeliveryAgentOptions): Agent {
   // A connector function does not see the Agent's connectTimeout, and offers h2 in
   // ALPN unless built with allowH2: false, so both settings go to the connector too.
   const connectorOptions = { allowH2: false, timeout: options.connectTimeoutMs };
   return new Agent({
     allowH2: false,
+    connections: options.maxConnectionsPerOrigin ?? null,
     headersTimeout: options.responseTimeoutMs,
     bodyTimeout: options.responseTimeoutMs,
     connect: options.allowPrivateNetworks ? connectorOptions : guardedConnector(connectorOptions),

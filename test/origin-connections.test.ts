@@ -1,0 +1,103 @@
+import { createServer } from 'node:http';
+import type { Socket } from 'node:net';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../src/config/index.ts';
+import { startWorkers } from '../src/dispatch/worker.ts';
+import { baseUrl, startTestApp, testSecretsKey } from './support/app.ts';
+import { listenOnLoopback, waitFor } from './support/receiver.ts';
+import { subscribe, untilStatus } from './support/subscriptions.ts';
+
+/**
+ * DELIVERY_MAX_CONNECTIONS_PER_ORIGIN against one real receiver origin
+ * (127.0.0.1 and one port) that serves several subscriptions: one of them
+ * hangs, the others answer.
+ */
+
+/** Things to close after each test, newest first. */
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+describe('connections to one origin', () => {
+  it('stay within the cap, and a hanging subscription there does not hold up the others', { timeout: 120_000 }, async () => {
+    const maxConnections = 4;
+    const parallelCalls = 2;
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    const config = loadConfig({
+      BASE_URL: baseUrl,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: String(maxConnections),
+      DELIVERY_PARALLEL_CALLS: String(parallelCalls),
+      // Longer than this test: the hanging calls cannot time out and free their connections while it runs.
+      DELIVERY_RESPONSE_TIMEOUT_MS: '120000',
+    });
+
+    // One origin: /hang answers the handshake and holds every notification; /answer/<n> answers
+    // each call after 200 ms, so that the answering subscriptions' calls overlap: uncapped, the
+    // calls take 2 + 4 × 2 = 10 connections at once, beside those the handshakes left open.
+    let open = 0;
+    let mostOpen = 0;
+    const held: Socket[] = [];
+    const delivered = new Map<string, number>();
+    const server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string; id: string };
+        if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
+        if (request.url === '/hang') return void held.push(request.socket);
+        delivered.set(json.id, (delivered.get(json.id) ?? 0) + 1);
+        setTimeout(() => response.writeHead(200).end(), 200);
+      });
+    });
+    server.on('connection', (socket) => {
+      mostOpen = Math.max(mostOpen, ++open);
+      socket.on('close', () => open--);
+    });
+    const receiver = await listenOnLoopback(server);
+    cleanups.push(receiver.close);
+    const origin = `http://127.0.0.1:${receiver.port}`;
+
+    const workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+    cleanups.push(() => workers.stop());
+    // Before the workers stop: the held calls fail at once.
+    cleanups.push(async () => held.forEach((socket) => socket.destroy()));
+
+    const answering = 4;
+    const hangingId = (await subscribe(t, 'Observation?code=hang', `${origin}/hang`)).id;
+    const answeringIds: string[] = [];
+    for (let n = 1; n <= answering; n++) answeringIds.push((await subscribe(t, `Encounter?class=answer-${n}`, `${origin}/answer/${n}`)).id);
+    for (const id of [hangingId, ...answeringIds]) await untilStatus(t, id, 'active', 30_000);
+
+    // The hanging subscription's events: it takes its DELIVERY_PARALLEL_CALLS connections and keeps them.
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'hang-' || k, 'status', 'final',
+                                 'code', jsonb_build_object('coding', jsonb_build_array(jsonb_build_object('code', 'hang'))))
+       FROM generate_series(1, 10) k`,
+    );
+    await waitFor(() => (held.length === parallelCalls ? true : undefined), 30_000, `${parallelCalls} held calls`);
+
+    // Then 8 events for each answering subscription, all at once.
+    const perSubscription = 8;
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content)
+       SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'answer-' || n || '-' || k, 'status', 'finished',
+                                 'class', jsonb_build_object('code', 'answer-' || n))
+       FROM generate_series(1, $1::int) n, generate_series(1, $2::int) k`,
+      [answering, perSubscription],
+    );
+    const expected = answeringIds.length * perSubscription;
+    // At two connections for 32 calls of 200 ms, about 3.2 s; the hanging calls would free theirs after 120 s.
+    await waitFor(() => (delivered.size === expected ? true : undefined), 60_000, `${expected} events delivered`);
+
+    expect([...delivered.values()].every((count) => count === 1)).toBe(true);
+    // Delivered while the hanging subscription still held its connections, and it never got more.
+    expect(held).toHaveLength(parallelCalls);
+    expect(held.filter((socket) => socket.destroyed)).toEqual([]);
+    expect(mostOpen).toBe(maxConnections);
+  });
+});
