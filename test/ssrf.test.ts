@@ -139,7 +139,7 @@ describe('ForbiddenAddressError', () => {
 });
 
 describe('the delivery agent against a loopback receiver', () => {
-  const timeouts = { connectTimeoutMs: 2_000, responseTimeoutMs: 2_000 };
+  const timeouts = { connectTimeoutMs: 2_000, responseTimeoutMs: 2_000, maxConnectionsPerOrigin: 64 };
   const guarded = createDeliveryAgent({ allowPrivateNetworks: false, ...timeouts });
   const unguarded = createDeliveryAgent({ allowPrivateNetworks: true, ...timeouts });
   const received: { url: string | undefined; httpVersion: string }[] = [];

@@ -158,9 +158,9 @@ export type DeliveryAgentOptions = {
   responseTimeoutMs: number;
   /**
    * Connections to one origin (scheme, host and port) at most, idle ones included; a call past
-   * them waits in the origin's queue for one to free up. Unset: no limit.
+   * them waits in the origin's queue for one to free up (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN).
    */
-  maxConnectionsPerOrigin?: number;
+  maxConnectionsPerOrigin: number;
 };
 
 /**
@@ -175,7 +175,7 @@ export function createDeliveryAgent(options: DeliveryAgentOptions): Agent {
   const connectorOptions = { allowH2: false, timeout: options.connectTimeoutMs };
   return new Agent({
     allowH2: false,
-    connections: options.maxConnectionsPerOrigin ?? null,
+    connections: options.maxConnectionsPerOrigin,
     headersTimeout: options.responseTimeoutMs,
     bodyTimeout: options.responseTimeoutMs,
     connect: options.allowPrivateNetworks ? connectorOptions : guardedConnector(connectorOptions),

@@ -49,6 +49,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     allowPrivateNetworks: config.delivery.allowPrivateNetworks,
     connectTimeoutMs: config.delivery.connectTimeoutMs,
     responseTimeoutMs: config.delivery.responseTimeoutMs,
+    maxConnectionsPerOrigin: config.delivery.maxConnectionsPerOrigin,
   });
   const mailer = createAlertMailer(config.mail, logger);
   const workerUtils = await makeWorkerUtils({ pgPool: workerDatabase.pool });
