@@ -25,12 +25,20 @@ export type Service = {
 /** What this process runs: `serve` both, `api` and `worker` one each. */
 export type Roles = { api: boolean; workers: boolean };
 
+/**
+ * The pool of a process without the API (a `worker`): its start (pending
+ * migrations, endpoints to encrypt) and the gauges /metrics reads, six short
+ * queries a scrape, one after the other. Its workers have pools of their own
+ * (src/dispatch/worker.ts).
+ */
+const workerProcessPoolSize = 1;
+
 /** Starts the HTTP API on the configured address and the dispatcher's workers, as `roles` says. */
 export async function startService(config: Config, logger: Logger, roles: Roles = { api: true, workers: true }): Promise<Service> {
   const secretsKey = await secretsEncryptionKey(config);
   // Before starting anything: a second `npm start` should say why at once.
   if (roles.api) await assertPortFree(config);
-  const database = await openDatabase(config, logger);
+  const database = await openDatabase(config, logger, roles.api ? config.databasePoolSize : workerProcessPoolSize);
   const closers: Closer[] = [() => database.close()];
   try {
     await encryptStoredEndpointCredentials(database, secretsKey, logger);

@@ -5,6 +5,9 @@ describe('configuration from the environment', () => {
   it('has the documented defaults', () => {
     expect(loadConfig({})).toEqual({
       databaseUrl: undefined,
+      databaseDirectUrl: undefined,
+      databasePoolSize: 10,
+      workerDatabasePoolSize: 10,
       port: 8080,
       host: '127.0.0.1',
       baseUrl: 'http://localhost:8080',
@@ -49,6 +52,22 @@ describe('configuration from the environment', () => {
     });
   });
 
+  it('takes a direct URL beside DATABASE_URL (a pooler), never alone, and the pools\' sizes', () => {
+    expect(
+      loadConfig({
+        DATABASE_URL: 'postgres://app@pgbouncer:6432/fhir',
+        DATABASE_DIRECT_URL: 'postgres://app@db:5432/fhir',
+        DATABASE_POOL_SIZE: '4',
+        WORKER_DATABASE_POOL_SIZE: '3',
+      }),
+    ).toMatchObject({ databaseUrl: 'postgres://app@pgbouncer:6432/fhir', databaseDirectUrl: 'postgres://app@db:5432/fhir', databasePoolSize: 4, workerDatabasePoolSize: 3 });
+    expect(() => loadConfig({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/fhir' })).toThrow(
+      new ConfigError(
+        'Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names',
+      ),
+    );
+  });
+
   it('keeps more connections to an origin than one subscription may have calls in flight', () => {
     expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '4', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '5' }).delivery).toMatchObject({ parallelCalls: 4, maxConnectionsPerOrigin: 5 });
     const refusal =
@@ -64,6 +83,9 @@ describe('configuration from the environment', () => {
     ['PORT', 'eighty'],
     ['PORT', '70000'],
     ['DATABASE_URL', 'mysql://localhost/db'],
+    ['DATABASE_DIRECT_URL', 'db:5432'],
+    ['DATABASE_POOL_SIZE', '0'],
+    ['WORKER_DATABASE_POOL_SIZE', 'twenty'],
     ['BASE_URL', 'localhost:8080'],
     ['MIGRATE_ON_START', 'maybe'],
     ['LOG_LEVEL', 'loud'],

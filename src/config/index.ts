@@ -16,8 +16,18 @@ const millisecondsList = z
 
 const milliseconds = z.coerce.number().int().positive();
 
+const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// connection string' });
+
+/** Connections a pool may open; PostgreSQL's default max_connections is 100 for all processes together. */
+const poolSize = z.coerce.number().int().min(1).max(1000);
+
 const environmentSchema = z.object({
-  DATABASE_URL: z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// connection string' }).optional(),
+  DATABASE_URL: postgresUrl.optional(),
+  DATABASE_DIRECT_URL: postgresUrl.optional(),
+  DATABASE_POOL_SIZE: poolSize.default(10),
+  // The event sender holds a connection only for its short queries, never during a call: 10 serve
+  // WORKER_CONCURRENCY's 64 subscriptions as fast as 20 did (the figures are in docs/operators.md).
+  WORKER_DATABASE_POOL_SIZE: poolSize.default(10),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().min(1).default('127.0.0.1'),
   BASE_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
@@ -62,6 +72,15 @@ const environmentSchema = z.object({
 
 export type Config = Readonly<{
   databaseUrl: string | undefined;
+  /**
+   * The server itself when databaseUrl is a transaction-mode pooler (PgBouncer): the sessions
+   * that need a session of their own (LISTEN, graphile-worker, migrations) connect here.
+   */
+  databaseDirectUrl: string | undefined;
+  /** Connections of a process's pool for API requests (and one-shot commands). */
+  databasePoolSize: number;
+  /** Connections of a worker process's pool for its short queries (event sender, jobs, heartbeats). */
+  workerDatabasePoolSize: number;
   port: number;
   host: string;
   /** Public base URL without a trailing slash. */
@@ -122,6 +141,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   if (env.OAUTH_TOKEN_URL !== undefined && (env.OAUTH_CLIENT_ID === undefined || env.OAUTH_CLIENT_SECRET === undefined)) {
     throw new ConfigError('Invalid configuration:\n  OAUTH_TOKEN_URL is set, so OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET are required');
   }
+  if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
+    throw new ConfigError('Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names');
+  }
   if (env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN <= env.DELIVERY_PARALLEL_CALLS) {
     throw new ConfigError(
       `Invalid configuration:\n  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (${env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN}) must be greater than DELIVERY_PARALLEL_CALLS (${env.DELIVERY_PARALLEL_CALLS}): ` +
@@ -130,6 +152,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   }
   return {
     databaseUrl: env.DATABASE_URL,
+    databaseDirectUrl: env.DATABASE_DIRECT_URL,
+    databasePoolSize: env.DATABASE_POOL_SIZE,
+    workerDatabasePoolSize: env.WORKER_DATABASE_POOL_SIZE,
     port: env.PORT,
     host: env.HOST,
     baseUrl: (env.BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),

@@ -20,11 +20,14 @@ import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 export type Workers = { stop: () => Promise<void> };
 
 /**
- * Connections of a worker process: a delivery or a job holds one only for its
- * short queries (never during its calls); graphile-worker and the event
- * sender hold one more each to LISTEN.
+ * graphile-worker's own pool, on the server itself: it LISTENs on a
+ * connection it takes from the pool it is given, for as long as it runs, and
+ * names its prepared statements; a transaction-mode pooler carries neither.
+ * The other connection takes jobs, completes them and runs the cron, a short
+ * statement at a time, its workers waiting their turn. The jobs themselves
+ * (handshakes, reactivations, alerts) query through the workers' pool.
  */
-const workerConnections = 20;
+const jobQueueConnections = 2;
 
 /**
  * Runs the dispatcher in this process: the event sender, which delivers the
@@ -36,14 +39,24 @@ const workerConnections = 20;
  * process's /metrics serves.
  */
 export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger, metrics: Metrics = createMetrics()): Promise<Workers> {
-  // The workers' own pool, committing asynchronously: claims, job locks and completions, attempt
+  // The workers' own pools, committing asynchronously: claims, job locks and completions, attempt
   // records, retries and state changes. A PostgreSQL crash can lose only the last of these commits,
   // and WAL order means a lost record takes the release of its claim (or its job's completion) with
   // it: the events are sent again (at least once), and none is lost, since the writer's transaction
-  // that recorded them commits synchronously.
-  const workerDatabase = connectDatabase(database.connectionString, (error) => logger.warn({ err: error }, 'idle database connection failed'), {
-    maxConnections: workerConnections,
-    settings: { synchronous_commit: 'off' },
+  // that recorded them commits synchronously. A delivery or a job holds a connection only for its
+  // short queries, never during its calls: WORKER_DATABASE_POOL_SIZE of them serve WORKER_CONCURRENCY.
+  const onIdleError = (error: Error) => logger.warn({ err: error }, 'idle database connection failed');
+  const asynchronousCommit = { synchronous_commit: 'off' };
+  const workerDatabase = connectDatabase(database.connectionString, onIdleError, {
+    maxConnections: config.workerDatabasePoolSize,
+    settings: asynchronousCommit,
+    applicationName: 'fhir-webhooks workers',
+    directConnectionString: database.directConnectionString,
+  });
+  const jobQueue = connectDatabase(database.directConnectionString ?? database.connectionString, onIdleError, {
+    maxConnections: jobQueueConnections,
+    settings: asynchronousCommit,
+    applicationName: 'fhir-webhooks job queue',
   });
   const dispatcher = createDeliveryAgent({
     allowPrivateNetworks: config.delivery.allowPrivateNetworks,
@@ -68,6 +81,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
   };
   const closeAll = async () => {
     await workerUtils.release();
+    await jobQueue.close();
     await workerDatabase.close();
     mailer.close();
     await dispatcher.close();
@@ -92,16 +106,17 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     await closeAll();
     throw error;
   }
-  const sender = startEventSender(context, { connectionString: database.connectionString, concurrency: config.delivery.concurrency, id: senderId });
+  // Its LISTEN, like graphile-worker's, needs a session: on the server itself.
+  const sender = startEventSender(context, { connectionString: database.directConnectionString ?? database.connectionString, concurrency: config.delivery.concurrency, id: senderId });
   started.sender = sender;
 
   const workerLogger = new WorkerLogger(() => (level, message, meta) => {
-    // graphile-worker warns of a pool smaller than its concurrency; by design here (workerConnections).
+    // graphile-worker warns of a pool smaller than its concurrency; by design here (jobQueueConnections).
     const expected = message.includes('smaller than concurrency');
     const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
     log.call(logger, loggableMeta(meta), message);
   });
-  const startRunner = () => runWorkerPool(workerDatabase.pool, { concurrency: config.delivery.concurrency, taskList: dispatchTasks(context), logger, workerLogger });
+  const startRunner = () => runWorkerPool(jobQueue.pool, workerDatabase.pool, { concurrency: config.delivery.concurrency, taskList: dispatchTasks(context), logger, workerLogger });
 
   let current: RunningPool;
   try {
@@ -166,14 +181,16 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
 type RunningPool = { runner: Runner; poolId: string; liveness: Liveness };
 
 /**
- * One graphile-worker runner on the workers' pool, with its liveness (crash
- * recovery needs the id of the worker pool that locks the jobs). Should its
- * heartbeat find a job the pool holds but does not run (a lost connection
- * stranded it as it completed), the runner is stopped: the supervisor starts a
- * new one and frees the old pool's jobs, through graphile-worker's public API.
+ * One graphile-worker runner on `jobQueuePool`, with its liveness (crash
+ * recovery needs the id of the worker pool that locks the jobs), which beats
+ * and sweeps through `pool`, the workers' pool. Should its heartbeat find a
+ * job the pool holds but does not run (a lost connection stranded it as it
+ * completed), the runner is stopped: the supervisor starts a new one and frees
+ * the old pool's jobs, through graphile-worker's public API.
  */
 async function runWorkerPool(
-  pgPool: pg.Pool,
+  jobQueuePool: pg.Pool,
+  pool: pg.Pool,
   options: { concurrency: number; taskList: ReturnType<typeof dispatchTasks>; logger: Logger; workerLogger: WorkerLogger },
 ): Promise<RunningPool> {
   const events: WorkerEvents = new EventEmitter();
@@ -189,7 +206,7 @@ async function runWorkerPool(
   };
   const runner: Runner = await run({
     events,
-    pgPool,
+    pgPool: jobQueuePool,
     concurrency: options.concurrency,
     // Complete jobs in batches: fewer commits per job. (Its localQueue fails its graceful shutdown in 0.18: tested, left off.)
     preset: { worker: { completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
@@ -202,7 +219,7 @@ async function runWorkerPool(
     if (poolId === undefined) throw new Error('graphile-worker started without announcing its worker pool');
     const id = poolId;
     const strandedJobs = async () => {
-      const { rows } = await pgPool.query<{ stranded: number }>(
+      const { rows } = await pool.query<{ stranded: number }>(
         `SELECT count(*)::int AS stranded FROM graphile_worker.jobs
          WHERE locked_by = $1 AND locked_at < now() - interval '10 seconds' AND NOT (id = ANY ($2::bigint[]))`,
         [id, runningJobs()],
@@ -211,7 +228,7 @@ async function runWorkerPool(
       options.logger.warn({ workerPool: id, jobs: rows[0]?.stranded }, 'this process holds jobs it no longer runs (a lost database connection); restarting its workers to free them');
       void runner.stop().catch(() => undefined);
     };
-    return { runner, poolId: id, liveness: await keepWorkerPoolAlive(pgPool, { poolId: id, kind: 'graphile-worker' }, strandedJobs, options.logger) };
+    return { runner, poolId: id, liveness: await keepWorkerPoolAlive(pool, { poolId: id, kind: 'graphile-worker' }, strandedJobs, options.logger) };
   } catch (error) {
     await runner.stop();
     throw error;

@@ -185,7 +185,8 @@ class TargetCache {
 }
 
 /**
- * LISTENs on the notification trigger's channel on a connection of its own,
+ * LISTENs on the notification trigger's channel on a connection of its own
+ * (to the server itself: a transaction-mode pooler cannot carry a LISTEN),
  * calling `notified` for each notification; connects again after an error
  * (the poll covers the gap).
  */
@@ -193,7 +194,7 @@ function listenForEvents(connectionString: string, notified: () => void, logger:
   let client: pg.Client | undefined;
   let retry: NodeJS.Timeout | undefined;
   const connect = async () => {
-    const next = new pg.Client({ connectionString, connectionTimeoutMillis: 5_000 });
+    const next = new pg.Client({ connectionString, connectionTimeoutMillis: 5_000, application_name: 'fhir-webhooks event listener' });
     next.on('notification', notified);
     next.on('error', (error) => {
       logger.warn({ err: error }, 'the event listener lost its database connection; connecting again');
