@@ -547,6 +547,9 @@ DECLARE
   mine integer;
   live_workers integer;
   candidates uuid[];
+  candidate uuid;
+  wanted integer;
+  free uuid;
   claimed uuid[];
   batch bigint[];
 BEGIN
@@ -571,24 +574,30 @@ BEGIN
   FROM webhook.worker_pools pool
   WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
 
-  SELECT array_agg(free.subscription_id) INTO claimed
-  FROM (
-    SELECT stream.subscription_id
-    FROM unnest(candidates) WITH ORDINALITY AS candidate(subscription_id, place)
-    JOIN webhook.subscription_streams stream ON stream.subscription_id = candidate.subscription_id
+  -- The free candidates in order, locked one by one until the share is
+  -- claimed: each is one probe by key, and the loop stops at the share (a
+  -- single statement over all the candidates would test and sort them all,
+  -- a thousand for a write that matched a thousand subscriptions).
+  wanted := greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0);
+  FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
+    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted;
+    SELECT stream.subscription_id INTO free
+    FROM webhook.subscription_streams stream
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
     CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
                                     ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
-    WHERE stream.claimed_by IS NULL
+    WHERE stream.subscription_id = candidate
+      AND stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.subscription_events e
                    WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
                      AND e.id < held_back.events_before
                      AND (e.not_before IS NULL OR e.not_before <= now()))
-    ORDER BY candidate.place
-    LIMIT greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0)
-    FOR UPDATE OF stream SKIP LOCKED
-  ) free;
+    FOR UPDATE OF stream SKIP LOCKED;
+    IF FOUND THEN
+      claimed := array_append(claimed, free);
+    END IF;
+  END LOOP;
   IF claimed IS NULL THEN
     RETURN;
   END IF;
