@@ -9,6 +9,15 @@ import { deliverClaim, loadVersions, type ClaimMore, type Versions } from './not
 
 /** Subscriptions claimed in one statement at most. */
 const maxSubscriptionsPerClaim = 32;
+/**
+ * Once a delivery ends, the sender claims again when at least this share of
+ * its concurrency is free (or nothing is left in flight). A claim reads every
+ * subscription with pending events (to take the oldest first, and its share):
+ * claiming for each delivery that ended, one free slot at a time, made a
+ * write matching 1,000 subscriptions cost about 1,000 claims, most of the
+ * database's work. New events (a NOTIFY) and the poll claim whatever is free.
+ */
+const refillShare = 1 / 4;
 /** How often a sender looks for due events without being told: retries coming due, a notification missed while reconnecting. */
 const pollIntervalMs = 1_000;
 /** How long a graceful stop lets the calls in flight finish before it aborts them. */
@@ -27,14 +36,16 @@ export type EventSender = {
  * Sends the subscription events of the log (src/dispatch/events/log.ts) in
  * this process: up to `concurrency` subscriptions at once, each claimed by one
  * sender at a time. It claims when the notification trigger's NOTIFY says a
- * statement recorded events, when one of its deliveries ends (the
- * subscription may have more), and every second; every second too, the
+ * statement recorded events, when a quarter of its slots are free again
+ * after deliveries ended (their subscriptions may have more, and others may
+ * wait), when its last delivery ends, and every second; every second too, the
  * heartbeats due (src/dispatch/events/heartbeats.ts). Its id must be registered in
  * webhook.worker_pools before it starts (src/dispatch/worker.ts does).
  */
 export function startEventSender(context: DispatchContext, { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string }): EventSender {
   const { logger } = context;
   const working = new Map<string, Promise<void>>();
+  const refillAt = Math.min(maxSubscriptionsPerClaim, Math.max(1, Math.floor(concurrency * refillShare)));
   const targets = new TargetCache();
   const shutdown = new AbortController();
   let stopping = false;
@@ -134,7 +145,7 @@ export function startEventSender(context: DispatchContext, { connectionString, c
           claim.subscriptionId,
           deliver(claim, versions).finally(() => {
             working.delete(claim.subscriptionId);
-            nudge();
+            if (working.size === 0 || concurrency - working.size >= refillAt) nudge();
           }),
         );
       }
