@@ -1,8 +1,14 @@
 /**
- * npm run bench [-- --json] [-- --rows N]: the delivery engine against its
- * ceilings, every figure from ONE run on one server, so that ratios hold on a
- * noisy machine (issue 9). Runs on DATABASE_URL's server or a throwaway
- * embedded PostgreSQL, in a scratch database it drops afterwards.
+ * npm run bench [-- --json] [-- --only drain,broad] [-- --servers embedded,url]
+ * [-- --processes worker,serve]: the delivery engine against its ceilings,
+ * every figure beside ceilings measured in the same run, so that ratios hold
+ * on a noisy machine (issue 9).
+ *
+ * Columns (issue 26): each server, a throwaway embedded PostgreSQL and
+ * DATABASE_URL's when it is set, each with the dispatcher as an operator runs
+ * it (`worker` processes beside an API) and as a newcomer does (`serve`: the
+ * API and the workers in one process, `npm start`, written to through its
+ * API). Each column runs on a scratch database of its own, which it drops.
  *
  * Rows, with their targets (issue 17):
  *   ceiling    graphile-worker alone: no-op jobs/s at concurrency 10, from the
@@ -23,15 +29,20 @@
  *              rate of the last 10% ≥ 0.8× the first 10%, nothing left behind
  *   peak RSS   of the worker process (a `worker` command, as an operator runs
  *              it, beside this one, which writes and runs the API): ≤ 300 MiB
- *   two processes  fan-out 10 × 2,000 by two `worker` processes vs one: ≥ 1.3×
+ *   scaling    fan-out 16 × 3,000 by 2, 4 (and 8, given 8 cores) `worker`
+ *              processes vs one: 2 no slower than 1; 8 ≥ 5× (issue 26)
  *   NOTIFY     commits/s of 8 writers with a NOTIFY each vs none (what the
  *              one NOTIFY per writing statement costs)
+ *   database CPU  of the database's backends per 1,000 deliveries in the
+ *              drain and broad rows, vs per 1,000 of the ceiling's no-op jobs:
+ *              ≤ 0.5× (issue 26; only for a server on this machine)
  * Every delivery is checked: each event arrives exactly once per matching
  * subscription, with a valid signature (duplicates and misses are reported).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { createServer, type AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -47,7 +58,7 @@ import { createSecretBox } from '../src/subscriptions/secrets.ts';
 import { submitSubscription, type SubscriptionContext } from '../src/subscriptions/store.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { startBenchReceiver, wallNow, type BenchReceiver, type Receipt } from './support/bench-receiver.ts';
-import { meterDatabaseCpu } from './support/database-cpu.ts';
+import { instrumentApplicationName, meterDatabaseCpu } from './support/database-cpu.ts';
 import { createScratchDatabase } from './support/scratch-database.ts';
 import { cpuSeconds, peakRssKiB, resetPeakRss } from './support/process-stats.ts';
 import { percentile } from './support/statistics.ts';
@@ -58,8 +69,10 @@ const options = new Command('npm run bench --')
   .option('--rows <n>', 'rows written by the drain statement', '20000')
   .option('--backlog <n>', 'events queued before the workers start', '100000')
   .option('--only <rows>', 'only the rows whose names start with these, comma-separated (the ceilings always run)')
+  .option('--servers <servers>', "embedded (a throwaway PostgreSQL of this package's), url (DATABASE_URL's), or both, comma-separated", process.env.DATABASE_URL ? 'embedded,url' : 'embedded')
+  .option('--processes <kinds>', 'worker (the dispatcher in `worker` processes), serve (API and workers in one process, as `npm start`), or both', 'worker,serve')
   .parse()
-  .opts<{ json?: boolean; rows: string; backlog: string; only?: string }>();
+  .opts<{ json?: boolean; rows: string; backlog: string; only?: string; servers: string; processes: string }>();
 
 /** Whether a row is to be measured in this run (--only). */
 const wanted = (name: string) => options.only === undefined || options.only.split(',').some((prefix) => name.startsWith(prefix.trim()));
@@ -136,7 +149,32 @@ async function receiverCapacity(receiver: BenchReceiver, posts: number): Promise
 
 // --- the dispatcher -----------------------------------------------------------------
 
-type Bench = { database: DatabaseHandle; receiver: BenchReceiver; context: SubscriptionContext; dispatchers: number[] };
+/**
+ * How a column runs the dispatcher: `worker` processes (`npm run cli --
+ * worker`, as an operator runs them beside an API), the bench writing in SQL
+ * and calling an API of its own; or one `serve` process (`npm start`: the API
+ * and the workers in one process, as a newcomer runs it), the bench writing
+ * single resources and Bundles through its API.
+ */
+type ProcessKind = 'worker' | 'serve';
+
+/** A resource a row writes, with the id its deliveries are checked by. */
+type WrittenResource = { resourceType: string; id: string; [element: string]: unknown };
+
+/** The FHIR API a row writes Bundles through. */
+type Api = { postBundle: (body: object) => Promise<void>; close: () => Promise<void> };
+
+type Bench = {
+  kind: ProcessKind;
+  database: DatabaseHandle;
+  receiver: BenchReceiver;
+  context: SubscriptionContext;
+  dispatchers: number[];
+  /** Writes one resource (with its id), as the column's writers do: an INSERT, or a PUT through the serve process's API. */
+  writeOne: (resource: WrittenResource) => Promise<void>;
+  /** The API the Bundle rows post to: in this process for `worker`, the serve process's for `serve`. */
+  openApi: () => Promise<Api>;
+};
 
 /** The worker processes running now, by pid. */
 const runningDispatchers = new Set<number>();
@@ -150,29 +188,51 @@ let rowPeakRssKiB = 0;
  */
 const cliScript: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
 
-/** The dispatcher as an operator runs it: one `worker` process (see withWorkerProcesses). */
-function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>): Promise<T> {
-  return withWorkerProcesses(url, receiver, 1, body);
+/** The dispatcher as the column runs it: one `worker` process, or one `serve` process (see withDispatcherProcesses). */
+function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>, kind: ProcessKind = 'worker'): Promise<T> {
+  return withDispatcherProcesses(url, receiver, { kind, processes: 1 }, body);
 }
 
 /** How the bench stores subscriptions, as the API would. */
 const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook', responseTimeoutMs: 15_000 };
 
 /**
- * `processes` worker processes (`npm run cli -- worker`, as an operator starts
- * them) on the database, while `body` subscribes and writes from this one;
- * then SIGTERM, and their exit.
+ * `processes` dispatcher processes of the kind given (`npm run cli -- worker`
+ * or `serve`, as an operator starts them) on the database, while `body`
+ * subscribes and writes from this one; then SIGTERM, and their exit.
  */
-async function withWorkerProcesses<T>(url: string, receiver: BenchReceiver, processes: number, body: (bench: Bench) => Promise<T>): Promise<T> {
-  const environment = { ...process.env, DATABASE_URL: url, SECRETS_ENCRYPTION_KEY: secretsKey.toString('base64'), WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', MIGRATE_ON_START: 'false', LOG_LEVEL: 'warn' };
-  const children = Array.from({ length: processes }, () => spawn('/bin/sh', ['-c', `${cliScript} worker`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
+async function withDispatcherProcesses<T>(url: string, receiver: BenchReceiver, { kind, processes }: { kind: ProcessKind; processes: number }, body: (bench: Bench) => Promise<T>): Promise<T> {
+  const port = kind === 'serve' ? await freePort() : undefined;
+  const apiKey = randomBytes(24).toString('hex');
+  const environment = {
+    ...process.env,
+    DATABASE_URL: url,
+    SECRETS_ENCRYPTION_KEY: secretsKey.toString('base64'),
+    WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+    MIGRATE_ON_START: 'false',
+    LOG_LEVEL: 'warn',
+    // The serve process's API: one key makes every request, so its per-key limit is lifted.
+    ...(port === undefined ? {} : { PORT: String(port), HOST: '127.0.0.1', BOOTSTRAP_API_KEY: apiKey, API_RATE_LIMIT_PER_MINUTE: '100000000' }),
+  };
+  const children = Array.from({ length: processes }, () => spawn('/bin/sh', ['-c', `${cliScript} ${kind}`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
   const exited = children.map((child) => once(child, 'exit'));
   const pids = children.map((child) => child.pid!);
   for (const pid of pids) runningDispatchers.add(pid);
   const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle connection failed'));
+  const served = port === undefined ? undefined : await servedApi(port, apiKey);
   try {
-    return await body({ database, receiver, context: subscriptionContext, dispatchers: pids });
+    const insert = async (resource: object) => void (await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify(resource)]));
+    return await body({
+      kind,
+      database,
+      receiver,
+      context: subscriptionContext,
+      dispatchers: pids,
+      writeOne: served?.put ?? insert,
+      openApi: served === undefined ? () => apiInThisProcess(database) : async () => ({ postBundle: served.postBundle, close: async () => undefined }),
+    });
   } finally {
+    await served?.close();
     rowPeakRssKiB = Math.max(rowPeakRssKiB, ...pids.map(peakRssKiB));
     for (const pid of pids) runningDispatchers.delete(pid);
     for (const child of children) child.kill('SIGTERM');
@@ -181,18 +241,73 @@ async function withWorkerProcesses<T>(url: string, receiver: BenchReceiver, proc
   }
 }
 
-/** Fan-out 10 × 2,000 delivered by one worker process, then by two: the second's rate over the first's. */
-async function twoProcesses(url: string, receiver: BenchReceiver): Promise<Row> {
-  const one = await withWorkerProcesses(url, receiver, 1, (bench) => fanOutRate(bench, 10, 2_000, 'one process'));
-  const two = await withWorkerProcesses(url, receiver, 2, (bench) => fanOutRate(bench, 10, 2_000, 'two processes'));
-  return {
-    row: 'two worker processes vs one (`worker` command): fan-out 10 subscriptions × 2,000 events',
-    figure: two.rate / one.rate,
-    unit: '×',
-    target: '≥ 1.3×',
-    met: two.rate / one.rate >= 1.3,
-    checks: `one process ${Math.round(one.rate)}/s, two ${Math.round(two.rate)}/s; ${two.checks}`,
+/** A port nothing listens on now, for the serve process. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  return port;
+}
+
+/**
+ * The serve process's FHIR API over HTTP, once its /healthz answers: PUT of
+ * one resource by its id (update as create), POST of a Bundle; anything but
+ * 2xx fails the run.
+ */
+async function servedApi(port: number, apiKey: string): Promise<{ put: Bench['writeOne']; postBundle: Api['postBundle']; close: () => Promise<void> }> {
+  const origin = `http://127.0.0.1:${port}`;
+  const agent = new Agent({ connections: 16 });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const answer = await request(`${origin}/healthz`, { dispatcher: agent }).catch(() => undefined);
+    await answer?.body.dump();
+    if (answer?.statusCode === 200) break;
+    if (Date.now() > deadline) throw new Error('the serve process did not answer /healthz within 60 s');
+    await sleep(100);
+  }
+  const send = async (method: 'PUT' | 'POST', path: string, body: object) => {
+    const response = await request(`${origin}/fhir/resources/${path}`, {
+      method,
+      dispatcher: agent,
+      headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' },
+      body: JSON.stringify(body),
+    });
+    const text = await response.body.text();
+    if (response.statusCode >= 300) throw new Error(`the serve process answered ${method} ${path} with ${response.statusCode}: ${text.slice(0, 300)}`);
   };
+  return {
+    put: (resource) => send('PUT', `${resource.resourceType}/${resource.id}`, resource),
+    postBundle: (body) => send('POST', '', body),
+    close: () => agent.close(),
+  };
+}
+
+/**
+ * Scaling out: a fan-out of 16 subscriptions × 3,000 events delivered by 1, 2
+ * and 4 `worker` processes (and 8 where the machine has 8 cores), each
+ * against one. Targets (issue 26): 2 no slower than 1 on a small machine; 8 at
+ * least 5× one where there are cores for them.
+ */
+async function scaling(url: string, receiver: BenchReceiver): Promise<Row[]> {
+  const counts = [1, 2, 4, ...(cpus().length >= 8 ? [8] : [])];
+  const rates = new Map<number, { rate: number; checks: string }>();
+  for (const processes of counts) {
+    rates.set(processes, await withDispatcherProcesses(url, receiver, { kind: 'worker', processes }, (bench) => fanOutRate(bench, 16, 3_000, `scaling ${processes}`)));
+  }
+  const one = rates.get(1)!.rate;
+  return counts.slice(1).map((processes) => {
+    const { rate, checks } = rates.get(processes)!;
+    const target = processes === 2 ? 1 : processes === 8 ? 5 : undefined;
+    return {
+      row: `${processes} worker processes vs 1: fan-out 16 subscriptions × 3,000 events`,
+      figure: rate / one,
+      unit: '×',
+      ...(target === undefined ? {} : { target: `≥ ${target}×`, met: rate / one >= target }),
+      checks: `1 process ${Math.round(one)}/s, ${processes} ${Math.round(rate)}/s; ${checks}`,
+    };
+  });
 }
 
 /**
@@ -287,7 +402,7 @@ async function deliverAll(bench: Bench, paths: string[], ids: string[], write: (
 async function drain(bench: Bench, rows: number): Promise<Row> {
   const [path] = await subscribe(bench, ['Appointment?status=booked']);
   const ids = Array.from({ length: rows }, (_, n) => `drain-${n + 1}`);
-  const { result, profile } = await profiled(bench.database.connectionString, bench.dispatchers, () =>
+  const { result, profile } = await profiled(bench, () =>
     deliverAll(bench, [path!], ids, () =>
       committedAt(
         bench.database.pool.query(
@@ -320,14 +435,16 @@ function machineTimes(): { busy: number; total: number } {
 }
 
 /**
- * Where the time goes while `work` runs: the worker processes' CPU (100% =
- * one core), the whole machine's busy share, and what the database's sessions
- * are doing, sampled every 100 ms from pg_stat_activity (wait events; "CPU"
+ * Where the time goes while `work` runs: the dispatcher processes' CPU (100%
+ * = one core), the database's backends' (meterDatabaseCpu), the whole
+ * machine's busy share, and what the database's sessions are doing and
+ * running, sampled every 100 ms from pg_stat_activity (wait events; "CPU"
  * when active with none).
  */
-async function profiled<T>(url: string, dispatchers: number[], work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined } }> {
+async function profiled<T>({ database, dispatchers, kind }: Bench, work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined } }> {
+  const url = database.connectionString;
   const databaseCpu = await meterDatabaseCpu(url);
-  const sampler = new pg.Client({ connectionString: url });
+  const sampler = new pg.Client({ connectionString: url, application_name: instrumentApplicationName });
   await sampler.connect();
   const states = new Map<string, number>();
   const statements = new Map<string, number>();
@@ -339,8 +456,9 @@ async function profiled<T>(url: string, dispatchers: number[], work: () => Promi
         `SELECT CASE WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'CPU') ELSE state END AS state,
                 CASE WHEN state = 'active' THEN left(regexp_replace(query, '\\s+', ' ', 'g'), 70) END AS statement, count(*)::int AS n
          FROM pg_stat_activity
-         WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' AND backend_type = 'client backend'
+         WHERE datname = current_database() AND application_name IS DISTINCT FROM $1 AND state <> 'idle' AND backend_type = 'client backend'
          GROUP BY 1, 2`,
+        [instrumentApplicationName],
       );
       samples++;
       for (const { state, statement, n } of rows) {
@@ -372,7 +490,7 @@ async function profiled<T>(url: string, dispatchers: number[], work: () => Promi
       .join('\n    ');
     const databaseCpuSeconds = await databaseCpu.stop();
     const text =
-      `the worker process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, ` +
+      `the ${kind} process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, ` +
       (databaseCpuSeconds === undefined ? '' : `the database's backends ${((databaseCpuSeconds * 1000 / elapsedMs) * 100).toFixed(0)}%, `) +
       `machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
       `database sessions on average: ${sessions}; active statements on average:\n    ${busiest}`;
@@ -426,11 +544,11 @@ async function broad(bench: Bench, subscriptions: number, writes: number): Promi
   const criteria = Array.from({ length: subscriptions }, (_, n) => `Observation?status=preliminary,broad-${n + 1}`);
   const paths = await subscribe(bench, criteria);
   const ids = Array.from({ length: writes }, (_, n) => `broad-${n + 1}`);
-  const { result, profile } = await profiled(bench.database.connectionString, bench.dispatchers, () =>
+  const { result, profile } = await profiled(bench, () =>
     deliverAll(bench, paths, ids, async () => {
       let first: number | undefined;
       for (const id of ids) {
-        await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Observation', id, status: 'preliminary', code: { text: 'broad' } })]);
+        await bench.writeOne({ resourceType: 'Observation', id, status: 'preliminary', code: { text: 'broad' } });
         first ??= wallNow();
       }
       return first!;
@@ -462,12 +580,12 @@ function transactionBundle(resources: object[]): object {
   };
 }
 
-/** The HTTP API in this process (Fastify's inject: no socket), with a key to call it. */
-async function apiOf(bench: Bench): Promise<{ post: (body: object) => Promise<void>; close: () => Promise<void> }> {
-  const app = await buildApp({ database: bench.database, baseUrl: 'http://localhost:8080', webhookNamingSystem: 'webhook', secretsEncryptionKey: secretsKey, logger });
-  const { key } = await createApiKey(bench.database.db, 'bench');
+/** The HTTP API in this process (Fastify's inject: no socket), with a key to call it: the `worker` columns' API. */
+async function apiInThisProcess(database: DatabaseHandle): Promise<Api> {
+  const app = await buildApp({ database, baseUrl: 'http://localhost:8080', webhookNamingSystem: 'webhook', secretsEncryptionKey: secretsKey, logger });
+  const { key } = await createApiKey(database.db, 'bench');
   return {
-    post: async (body) => {
+    postBundle: async (body) => {
       const response = await app.inject({ method: 'POST', url: '/fhir/resources/Bundle', headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, payload: body });
       if (response.statusCode !== 200) throw new Error(`the API answered ${response.statusCode}: ${response.body.slice(0, 300)}`);
     },
@@ -478,7 +596,7 @@ async function apiOf(bench: Bench): Promise<{ post: (body: object) => Promise<vo
 /** 5,000 resources written through the API in transaction Bundles of 250: deliveries/s from the first write to the last delivery. */
 async function apiBurst(bench: Bench): Promise<Row> {
   const [path] = await subscribe(bench, ['Appointment?status=proposed']);
-  const api = await apiOf(bench);
+  const api = await bench.openApi();
   const total = 5_000;
   const size = 250;
   const received = new Set<string>();
@@ -490,7 +608,7 @@ async function apiBurst(bench: Bench): Promise<Row> {
   });
   const started = wallNow();
   for (let bundle = 0; bundle < total / size; bundle++) {
-    await api.post(transactionBundle(Array.from({ length: size }, () => ({ resourceType: 'Appointment', status: 'proposed', participant: [] }))));
+    await api.postBundle(transactionBundle(Array.from({ length: size }, () => ({ resourceType: 'Appointment', status: 'proposed', participant: [] }))));
   }
   await until(async () => received.size === total, 120_000, `${total} API deliveries`);
   await api.close();
@@ -499,14 +617,14 @@ async function apiBurst(bench: Bench): Promise<Row> {
 
 /** What a matching subscription costs the writer: transaction Bundles of 250 with none, then with one, median time per Bundle. */
 async function writerCost(bench: Bench): Promise<Row> {
-  const api = await apiOf(bench);
+  const api = await bench.openApi();
   const bundles = 10;
   const timeBundles = async () => {
     const times: number[] = [];
     for (let n = 0; n < bundles; n++) {
       const body = transactionBundle(Array.from({ length: 250 }, () => ({ resourceType: 'Slot', status: 'free', schedule: { reference: 'Schedule/bench' }, start: '2026-01-01T09:00:00Z', end: '2026-01-01T09:15:00Z' })));
       const started = wallNow();
-      await api.post(body);
+      await api.postBundle(body);
       times.push(wallNow() - started);
     }
     return percentile(times, 0.5);
@@ -557,7 +675,7 @@ async function sparse(bench: Bench, subscriptions: number): Promise<Row> {
 }
 
 /** Writes `resource(n)` for n = 1…1,000 at 100 per second, one row per INSERT: commit → receipt of each of its `matches` deliveries. */
-async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => { id: string }): Promise<number[]> {
+async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => WrittenResource): Promise<number[]> {
   const writes = 1_000;
   const { acknowledged, latencies } = commitToReceipt(bench, paths);
   const started = wallNow();
@@ -565,7 +683,7 @@ async function pacedLatencies(bench: Bench, paths: string[], matches: number, re
     const due = started + n * 10;
     if (due > wallNow()) await sleep(due - wallNow());
     const written = resource(n);
-    await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify(written)]);
+    await bench.writeOne(written);
     acknowledged(written.id);
   }
   await until(async () => latencies.length >= writes * matches, 120_000, `${writes * matches} deliveries`);
@@ -635,7 +753,7 @@ async function isolation(bench: Bench): Promise<Row> {
       [n, hanging],
     );
     const id = `isolated-${n}`;
-    await bench.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify({ resourceType: 'Encounter', id, status: 'entered-in-error', class: { code: 'AMB' } })]);
+    await bench.writeOne({ resourceType: 'Encounter', id, status: 'entered-in-error', class: { code: 'AMB' } });
     acknowledged(id);
   }
   await until(async () => latencies.length >= writes, 60_000, `${writes} deliveries`);
@@ -830,61 +948,132 @@ function withTargets(rows: Row[]): Row[] {
   });
 }
 
-function print(rows: Row[]): void {
-  if (options.json) {
-    console.log(JSON.stringify(rows, null, 2));
-    return;
-  }
-  const format = (row: Row) => [
-    row.row,
-    row.unit === 'MiB' ? `${row.figure.toFixed(0)} MiB` : row.unit === 'ms' ? `${row.figure.toFixed(1)} ms` : row.unit === '×' ? `${row.figure.toFixed(2)}×` : `${Math.round(row.figure).toLocaleString('en-US')} ${row.unit}`,
-    row.ratioToCeiling === undefined ? '' : `${row.ratioToCeiling.toFixed(2)}×`,
-    row.target === undefined ? '' : `${row.target}: ${row.met ? 'met' : 'NOT met'}`,
-  ];
-  const table = [['row', 'figure', 'vs ceiling', 'target'], ...rows.map(format)];
-  const widths = table[0]!.map((_, column) => Math.max(...table.map((line) => line[column]!.length)));
-  for (const line of table) console.log(line.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd());
-  for (const row of rows) {
-    const details = [row.checks, row.peakRssMiB === undefined ? undefined : `peak RSS of the worker process${row.row.startsWith('two') ? 'es' : ''} ${row.peakRssMiB.toFixed(0)} MiB`].filter((detail) => detail !== undefined);
-    if (details.length > 0) console.log(`  ${row.row.split(':')[0]}: ${details.join('; ')}`);
+/** One column of the table: every row measured on one server with one kind of dispatcher process, against its own ceilings. */
+type Column = { server: string; kind: ProcessKind; rows: Row[] };
+
+function formatFigure(row: Row): string {
+  switch (row.unit) {
+    case 'MiB':
+      return `${row.figure.toFixed(0)} MiB`;
+    case 'ms':
+      return `${row.figure.toFixed(1)} ms`;
+    case '×':
+      return `${row.figure.toFixed(2)}×`;
+    default:
+      return `${Math.round(row.figure).toLocaleString('en-US')} ${row.unit}`;
   }
 }
 
-const scratch = await createScratchDatabase();
+/** The columns side by side, a row per line (each cell: the figure, its ratio to the column's ceiling, ✓ or ✗ for its target), then each column's details. */
+function print(columns: Column[]): void {
+  if (options.json) {
+    console.log(JSON.stringify(columns, null, 2));
+    return;
+  }
+  const labels = [...new Set(columns.flatMap((column) => column.rows.map((row) => row.row)))];
+  const cell = (row: Row | undefined) =>
+    row === undefined ? '' : [formatFigure(row), row.ratioToCeiling === undefined ? '' : `(${row.ratioToCeiling.toFixed(2)}×)`, row.met === undefined ? '' : row.met ? '✓' : '✗'].filter(Boolean).join(' ');
+  const table = [
+    ['row', ...columns.map((column) => `${column.server}, ${column.kind}`), 'target'],
+    ...labels.map((label) => {
+      const rows = columns.map((column) => column.rows.find((row) => row.row === label));
+      return [label, ...rows.map(cell), rows.find((row) => row?.target !== undefined)?.target ?? ''];
+    }),
+  ];
+  const widths = table[0]!.map((_, index) => Math.max(...table.map((line) => line[index]!.length)));
+  console.log('(figure, its ratio to the same column\'s graphile-worker ceiling, ✓ target met, ✗ not met)');
+  for (const line of table) console.log(line.map((text, index) => text.padEnd(widths[index]!)).join('  ').trimEnd());
+  for (const column of columns) {
+    console.log(`\n${column.server}, ${column.kind}:`);
+    for (const row of column.rows) {
+      const details = [row.checks, row.peakRssMiB === undefined ? undefined : `peak RSS of the ${column.kind} process${/^\d/.test(row.row) ? 'es' : ''} ${row.peakRssMiB.toFixed(0)} MiB`].filter((detail) => detail !== undefined);
+      if (details.length > 0) console.log(`  ${row.row.split(':')[0]}: ${details.join('; ')}`);
+    }
+  }
+}
+
+/** The server's version as it reports it (\`15.20\`, \`18.4\`). */
+async function serverVersion(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<{ server_version: string }>('SHOW server_version')).rows[0]!.server_version.split(' ')[0]!;
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * Every wanted row on a scratch database of its own on `serverUrl` (null: a
+ * throwaway embedded PostgreSQL) with the dispatcher in processes of `kind`,
+ * then the ceilings on the same database. The rows of the worker processes
+ * alone (backlog, scaling) and of the database alone (topic trigger,
+ * NOTIFY) are in the worker columns.
+ */
+async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promise<Column> {
+  const scratch = await createScratchDatabase(serverUrl);
+  try {
+    const server = `PostgreSQL ${await serverVersion(scratch.url)}${serverUrl === null ? ' (embedded)' : ''}`;
+    const measured: Row[] = [];
+    /** Measures a row (when wanted) with the peak RSS of the dispatcher processes that ran meanwhile (Linux's VmHWM). */
+    const measure = async (name: string, row: () => Promise<Row>) => {
+      if (!wanted(name)) return;
+      rowPeakRssKiB = 0;
+      for (const pid of runningDispatchers) resetPeakRss(pid);
+      const result = await row();
+      rowPeakRssKiB = Math.max(rowPeakRssKiB, ...[...runningDispatchers].map(peakRssKiB));
+      measured.push({ ...result, ...(rowPeakRssKiB === 0 ? {} : { peakRssMiB: rowPeakRssKiB / 1024 }) });
+    };
+    await withDispatcher(
+      scratch.url,
+      receiver,
+      async (bench) => {
+        await measure('drain', () => drain(bench, Number(options.rows)));
+        await measure('fan-out', () => fanOut(bench, 10, 2_000));
+        await measure('api', () => apiBurst(bench));
+        await measure('writer', () => writerCost(bench));
+        await measure('latency', () => latency(bench, 1, 'planned'));
+        await measure('latency', () => latency(bench, 11, 'arrived'));
+        await measure('sparse', () => sparse(bench, 1_000));
+        // After the latency rows: its 20,000 settled events leave the pending-events index to vacuum.
+        await measure('broad', () => broad(bench, 1_000, 20));
+        await measure('isolation', () => isolation(bench));
+        await measure('throttle', () => throttled(bench, 50, 500, 5_000));
+      },
+      kind,
+    );
+    if (kind === 'worker') await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
+    const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
+    if (peak > 0) measured.push({ row: 'peak RSS of the dispatcher process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });
+    if (kind === 'worker') {
+      await measure('topic', () => topicTriggerCost(scratch.url));
+      if (wanted('scaling')) measured.push(...(await scaling(scratch.url, receiver)));
+      await measure('notify', () => notifyCost(scratch.url));
+    }
+    const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCapacity(receiver, 20_000)];
+    return { server, kind, rows: withTargets([...ceilings, ...measured]) };
+  } finally {
+    await scratch.drop();
+  }
+}
+
+const servers = options.servers.split(',').map((server) => server.trim());
+const kinds = options.processes.split(',').map((kind) => kind.trim());
+if (servers.some((server) => server !== 'embedded' && server !== 'url') || kinds.some((kind) => kind !== 'worker' && kind !== 'serve')) {
+  console.error('--servers takes embedded and url, --processes worker and serve');
+  process.exit(2);
+}
+if (servers.includes('url') && !process.env.DATABASE_URL) {
+  console.error('--servers url needs DATABASE_URL');
+  process.exit(2);
+}
 const receiver = await startBenchReceiver(secret);
 try {
-  const measured: Row[] = [];
-  /** Measures a row (when wanted) with the peak RSS of the worker processes that ran meanwhile (Linux's VmHWM). */
-  const measure = async (name: string, row: () => Promise<Row>) => {
-    if (!wanted(name)) return;
-    rowPeakRssKiB = 0;
-    for (const pid of runningDispatchers) resetPeakRss(pid);
-    const result = await row();
-    rowPeakRssKiB = Math.max(rowPeakRssKiB, ...[...runningDispatchers].map(peakRssKiB));
-    measured.push({ ...result, ...(rowPeakRssKiB === 0 ? {} : { peakRssMiB: rowPeakRssKiB / 1024 }) });
-  };
-  await withDispatcher(scratch.url, receiver, async (bench) => {
-    await measure('drain', () => drain(bench, Number(options.rows)));
-    await measure('fan-out', () => fanOut(bench, 10, 2_000));
-    await measure('api', () => apiBurst(bench));
-    await measure('writer', () => writerCost(bench));
-    await measure('latency', () => latency(bench, 1, 'planned'));
-    await measure('latency', () => latency(bench, 11, 'arrived'));
-    await measure('sparse', () => sparse(bench, 1_000));
-    // After the latency rows: its 20,000 settled events leave the pending-events index to vacuum.
-    await measure('broad', () => broad(bench, 1_000, 20));
-    await measure('isolation', () => isolation(bench));
-    await measure('throttle', () => throttled(bench, 50, 500, 5_000));
-  });
-  await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
-  const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
-  measured.push({ row: 'peak RSS of the worker process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });
-  await measure('topic', () => topicTriggerCost(scratch.url));
-  await measure('two', () => twoProcesses(scratch.url, receiver));
-  await measure('notify', () => notifyCost(scratch.url));
-  const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCapacity(receiver, 20_000)];
-  print(withTargets([...ceilings, ...measured]));
+  const columns: Column[] = [];
+  for (const server of servers) {
+    for (const kind of kinds as ProcessKind[]) columns.push(await measureColumn(server === 'url' ? process.env.DATABASE_URL! : null, kind));
+  }
+  print(columns);
 } finally {
   receiver.stop();
-  await scratch.drop();
 }

@@ -6,22 +6,29 @@ import { cpuSeconds } from './process-stats.ts';
 /**
  * The CPU time a database's backends spend while something runs: its client
  * sessions and the autovacuum workers on it, read from Linux (/proc) every
- * 100 ms by the pids pg_stat_activity gives, so only for a server on this
+ * 250 ms by the pids pg_stat_activity gives, so only for a server on this
  * machine. The server's own processes (WAL writer, checkpointer) are shared
- * by every database and left out. A backend that ends between two readings
- * loses at most 100 ms of its time.
+ * by every database and left out, and so are the bench's own sessions that
+ * watch it (instrumentApplicationName). A backend that ends between two readings
+ * loses at most 250 ms of its time.
  */
+/** The application_name of the bench's own sessions that watch the database (this meter, the bench's sampler): their CPU is not the engine's. */
+export const instrumentApplicationName = 'bench-instrument';
+
 export type DatabaseCpuMeter = {
   /** CPU seconds since the meter started; undefined when the server's processes cannot be read here. Stopping again gives the same. */
   stop(): Promise<number | undefined>;
 };
 
 export async function meterDatabaseCpu(url: string): Promise<DatabaseCpuMeter> {
-  const client = new pg.Client({ connectionString: url });
+  const client = new pg.Client({ connectionString: url, application_name: instrumentApplicationName });
   await client.connect();
   const readings = new Map<number, { first: number; last: number }>();
   const read = async (starting: boolean) => {
-    const { rows } = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+    const { rows } = await client.query<{ pid: number }>(
+      'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name IS DISTINCT FROM $1',
+      [instrumentApplicationName],
+    );
     for (const { pid } of rows) {
       const seconds = postgresCpuSeconds(pid);
       if (seconds === undefined) continue;
@@ -35,7 +42,7 @@ export async function meterDatabaseCpu(url: string): Promise<DatabaseCpuMeter> {
   let running = true;
   const sampling = (async () => {
     while (running) {
-      await sleep(100);
+      await sleep(250);
       await read(false);
     }
   })();
