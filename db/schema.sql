@@ -113,6 +113,7 @@ CREATE TABLE webhook.subscription_events (
   CONSTRAINT subscription_events_version_id_check CHECK ((version_id >= 1))
 );
 COMMENT ON COLUMN webhook.subscription_events.event_number IS 'The subscription''s event number (eventsSinceSubscriptionStart): gapless from 1 in the order its events are first sent, kept across retries; NULL until first sent.';
+COMMENT ON COLUMN webhook.subscription_events.not_before IS 'A retry waits until then (NULL: due now). Set too when the event was deferred or recorded out of log order: such an event may come after a newer version of its resource was sent, which its claim checks.';
 COMMENT ON TABLE webhook.subscription_events IS 'One row per (subscription, resource version) the notification trigger matched, written in the writing transaction; workers send them and record here what became of each. Settled rows are kept DELIVERY_LOG_RETENTION_DAYS days.';
 
 CREATE TABLE webhook.subscription_match_terms (
@@ -195,8 +196,11 @@ END) > 0), false)) STORED NOT NULL,
   max_count integer,
   max_calls_per_second numeric,
   parallel_calls integer,
+  deactivations_in_a_row integer DEFAULT 0 NOT NULL,
+  reactivation_not_before timestamp with time zone,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
+  CONSTRAINT subscriptions_deactivations_in_a_row_check CHECK ((deactivations_in_a_row >= 0)),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
   CONSTRAINT subscriptions_endpoint_check CHECK ((endpoint ~ '^https?://'::text)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
@@ -224,6 +228,8 @@ COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS 'A topic-based subscr
 COMMENT ON COLUMN webhook.subscriptions.payload_content IS 'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
 COMMENT ON COLUMN webhook.subscriptions.max_calls_per_second IS 'At most this many calls a second to the subscriber (NULL: DELIVERY_MAX_CALLS_PER_SECOND, or no limit).';
 COMMENT ON COLUMN webhook.subscriptions.parallel_calls IS 'At most this many calls in flight to the subscriber at once, within DELIVERY_PARALLEL_CALLS (NULL: 1 for a topic-based subscription, DELIVERY_PARALLEL_CALLS for a classic one).';
+COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations and failed reactivation handshakes since the subscription last delivered a notification.';
+COMMENT ON COLUMN webhook.subscriptions.reactivation_not_before IS 'While in error, events before this instant do not reactivate the subscription (webhook.reactivation_backoff of deactivations_in_a_row); NULL: the next event does.';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,
@@ -765,6 +771,12 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.reactivation_backoff(deactivations_in_a_row integer)
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (deactivations_in_a_row <= 1) THEN '00:00:00'::interval ELSE LEAST(('00:00:01'::interval * power((2)::double precision, (LEAST((deactivations_in_a_row - 2), 16))::double precision)), '00:05:00'::interval) END;
+
 CREATE OR REPLACE FUNCTION webhook.record_match_terms()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -872,6 +884,7 @@ BEGIN
       LIMIT 1
     ) event
     WHERE s.status = 'error'
+      AND (s.reactivation_not_before IS NULL OR s.reactivation_not_before <= now())
       AND NOT webhook.subscription_is_superseded(s.id));
   -- add_jobs notifies graphile-worker's workers even of no job: only when there is one.
   IF cardinality(reactivations) > 0 THEN
@@ -901,6 +914,8 @@ BEGIN
 
   WITH triggers AS MATERIALIZED (
     SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
+           -- One in error that keeps failing waits before an event may reactivate it (migration 0025).
+           s.status = 'error' AND coalesce(s.reactivation_not_before <= now(), true) AS may_reactivate,
            (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
@@ -920,7 +935,7 @@ BEGIN
       ON interaction = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
     WHERE c.resource_type IN (SELECT resource_type FROM triggers)
   ), fired AS MATERIALIZED (
-    SELECT DISTINCT triggers.subscription_id, triggers.status, writes.resource_type, writes.id, writes.version_id, writes.row_version_id
+    SELECT DISTINCT triggers.subscription_id, triggers.status, triggers.may_reactivate, writes.resource_type, writes.id, writes.version_id, writes.row_version_id
     FROM triggers
     JOIN writes ON writes.resource_type = triggers.resource_type
     WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
@@ -951,7 +966,7 @@ BEGIN
                       ('subscription_reactivation', webhook.event_payload(f.subscription_id, f.resource_type, f.id, f.row_version_id, interaction = 'delete'),
                        NULL, NULL, NULL, 'reactivate:' || f.subscription_id, NULL, NULL)::graphile_worker.job_spec
                FROM fired f
-               WHERE f.status = 'error'
+               WHERE f.may_reactivate
                ORDER BY f.subscription_id, f.resource_type, f.id)
   INTO recorded, reactivations;
 

@@ -206,6 +206,53 @@ describe('failures, deactivation and reactivation', () => {
     expect((await statusOf(t, id)).failure_count).toBe(0);
   });
 
+  it('a subscriber that answers handshakes and fails notifications flaps once, then waits longer each time before an event may reactivate it; a delivery ends the run', async () => {
+    const endpoint = await receiver();
+    endpoint.answer = (request) => ({ status: request.json.type === 'history' ? 200 : 503 });
+    const criteria = 'Encounter?status=finished';
+    const { id } = await subscribe(t, criteria, endpoint.url);
+    await untilStatus(t, id, 'active');
+    const finished = (code: string) => t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'finished', class: { code } });
+    const run = async () =>
+      (await t.database.pool.query<{ status: string; deactivations: number; waits: number | null }>(
+        `SELECT status, deactivations_in_a_row AS deactivations,
+                extract(epoch FROM reactivation_not_before - (SELECT max(created_at) FROM webhook.deactivation_alerts WHERE subscription_id = $1))::float AS waits
+         FROM webhook.subscriptions WHERE id = $1`,
+        [id],
+      )).rows[0]!;
+
+    // The first deactivation: the next event reactivates it, as the specification says.
+    await finished('AMB');
+    await untilStatus(t, id, 'error');
+    expect(await run()).toMatchObject({ status: 'error', deactivations: 1 });
+    expect(Math.abs((await run()).waits!)).toBeLessThan(0.1);
+    const handshakesBefore = endpoint.calls.filter((call) => call.json.type === 'history').length;
+    await finished('IMP');
+    await waitFor(async () => ((await run()).deactivations === 2 ? true : undefined));
+    expect(endpoint.calls.filter((call) => call.json.type === 'history')).toHaveLength(handshakesBefore + 1);
+    // Back in error without a delivery: the events of the next second leave it there.
+    expect((await run()).waits).toBeCloseTo(1, 1);
+    const write = `INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Encounter", "status": "finished", "class": {"code": "EMER"}}')`;
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET reactivation_not_before = now() + interval '1 hour' WHERE id = $1`, [id]);
+    expect(await workMadeBy(write, [id])).toEqual([]);
+    await t.database.pool.query(`UPDATE webhook.subscriptions SET reactivation_not_before = now() - interval '1 second' WHERE id = $1`, [id]);
+    expect(await workMadeBy(write, [id])).toEqual([{ work: 'subscription_reactivation', subscription: id }]);
+
+    // The receiver mended, an event after the wait reactivates it, and its delivery ends the run.
+    endpoint.answer = () => ({ status: 200 });
+    const mended = (await finished('HH')).json();
+    await waitFor(async () => (endpoint.calls.some((call) => call.json.id === mended.id) ? true : undefined));
+    await waitFor(async () => ((await run()).deactivations === 0 ? true : undefined));
+    expect(await run()).toMatchObject({ status: 'active', deactivations: 0, waits: null });
+  });
+
+  it('waits 1 s, 2 s, 4 s, ... up to 5 minutes after the second, third, fourth deactivation in a row', async () => {
+    const { rows } = await t.database.pool.query<{ seconds: number[] }>(
+      `SELECT array_agg(extract(epoch FROM webhook.reactivation_backoff(n))::int ORDER BY n) AS seconds FROM generate_series(0, 12) n`,
+    );
+    expect(rows[0]!.seconds).toEqual([0, 0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+  });
+
   it('never calls a subscription in error again once a newer one for its criteria is live; switching the criteria off ends both', async () => {
     const criteria = 'Encounter?status=onleave';
     const old = await receiver();

@@ -8,7 +8,9 @@
 --     webhook.subscription_events, which the workers claim and send;
 --   * a subscription in `error` (and not superseded) that a row matches gets
 --     one subscription_reactivation job (job key reactivate:<id>: one pending
---     per subscription), through graphile-worker's public add_jobs.
+--     per subscription), through graphile-worker's public add_jobs, unless it
+--     keeps failing and its reactivation_not_before is still ahead
+--     (migration 0025).
 --
 -- Matching: `match` for creations and updates, `match_deleted` for deletions
 -- (the spec evaluates only active, status and :missing there); NULL matches
@@ -127,6 +129,7 @@ BEGIN
       LIMIT 1
     ) event
     WHERE s.status = 'error'
+      AND (s.reactivation_not_before IS NULL OR s.reactivation_not_before <= now())
       AND NOT webhook.subscription_is_superseded(s.id));
   -- add_jobs notifies graphile-worker's workers even of no job: only when there is one.
   IF cardinality(reactivations) > 0 THEN

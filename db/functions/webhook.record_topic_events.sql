@@ -45,6 +45,8 @@ BEGIN
 
   WITH triggers AS MATERIALIZED (
     SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
+           -- One in error that keeps failing waits before an event may reactivate it (migration 0025).
+           s.status = 'error' AND coalesce(s.reactivation_not_before <= now(), true) AS may_reactivate,
            (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
@@ -64,7 +66,7 @@ BEGIN
       ON interaction = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
     WHERE c.resource_type IN (SELECT resource_type FROM triggers)
   ), fired AS MATERIALIZED (
-    SELECT DISTINCT triggers.subscription_id, triggers.status, writes.resource_type, writes.id, writes.version_id, writes.row_version_id
+    SELECT DISTINCT triggers.subscription_id, triggers.status, triggers.may_reactivate, writes.resource_type, writes.id, writes.version_id, writes.row_version_id
     FROM triggers
     JOIN writes ON writes.resource_type = triggers.resource_type
     WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
@@ -95,7 +97,7 @@ BEGIN
                       ('subscription_reactivation', webhook.event_payload(f.subscription_id, f.resource_type, f.id, f.row_version_id, interaction = 'delete'),
                        NULL, NULL, NULL, 'reactivate:' || f.subscription_id, NULL, NULL)::graphile_worker.job_spec
                FROM fired f
-               WHERE f.status = 'error'
+               WHERE f.may_reactivate
                ORDER BY f.subscription_id, f.resource_type, f.id)
   INTO recorded, reactivations;
 

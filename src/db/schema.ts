@@ -83,6 +83,8 @@ export interface SubscriptionsTable {
   max_calls_per_second: ColumnType<string | null, number | null, number | null>;
   /** Calls in flight at once at most, within DELIVERY_PARALLEL_CALLS (migration 0024); null: 1 on a topic, else DELIVERY_PARALLEL_CALLS. */
   parallel_calls: number | null;
+  deactivations_in_a_row: Generated<number>;
+  reactivation_not_before: Date | null;
 }
 
 /** What a call to a subscriber was (webhook.delivery_attempts.kind). */

@@ -15,6 +15,11 @@ import { enqueueJob } from '../dispatch/tasks/jobs.ts';
  *   error     → active     a reactivation handshake answered 2xx, unless superseded
  *   (any)     → off        a switch-off of its criteria (store.ts)
  *
+ * A subscription that goes to error again (or fails its reactivation
+ * handshake) before delivering anything waits longer each time before an
+ * event may reactivate it (webhook.reactivation_backoff, migration 0025); a
+ * delivery ends the run (settleClaim in src/dispatch/events/log.ts).
+ *
  * A subscription in error for whose criteria a newer subscription exists is
  * superseded and never called again (db/migrations/0005_superseded_subscriptions.sql).
  */
@@ -44,18 +49,18 @@ export async function countRefusals(db: Db, id: string, batch: { delivered: bool
   return counted?.failure_count;
 }
 
-/** A delivery ends a run of refusals: the statement to run with the delivery's record (one commit for both). */
-export function resetFailureCount(db: Db, id: string) {
-  return db.updateTable('webhook.subscriptions').set({ failure_count: 0 }).where('id', '=', id).where('failure_count', '>', 0);
-}
-
 /**
  * Active → error with the reason, and an alert to the contacts recorded and
  * enqueued. Returns the alert's id, or undefined when the subscription was not
  * active any more (of two events failing together, the second changes nothing).
  */
 export async function deactivate(db: Db, id: string, reason: string, recipients: string[]): Promise<string | undefined> {
-  const deactivated = await db.updateTable('webhook.subscriptions').set({ status: 'error', error: reason }).where('id', '=', id).where('status', '=', 'active').executeTakeFirst();
+  const deactivated = await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'error', error: reason, ...oneMoreDeactivation })
+    .where('id', '=', id)
+    .where('status', '=', 'active')
+    .executeTakeFirst();
   if (deactivated.numUpdatedRows === 0n) return undefined;
   const alert = await db
     .insertInto('webhook.deactivation_alerts')
@@ -84,7 +89,13 @@ export async function reactivate(db: Db, id: string): Promise<boolean> {
   return reactivated.numUpdatedRows > 0n;
 }
 
-/** A failed reactivation handshake: still in error, with the new reason. */
+/** A failed reactivation handshake: still in error, with the new reason, and longer before the next try. */
 export async function failReactivation(db: Db, id: string, reason: string): Promise<void> {
-  await db.updateTable('webhook.subscriptions').set({ error: reason }).where('id', '=', id).where('status', '=', 'error').execute();
+  await db.updateTable('webhook.subscriptions').set({ error: reason, ...oneMoreDeactivation }).where('id', '=', id).where('status', '=', 'error').execute();
 }
+
+/** One more time in error without a delivery, and the instant before which events leave it there. */
+const oneMoreDeactivation = {
+  deactivations_in_a_row: sql<number>`deactivations_in_a_row + 1`,
+  reactivation_not_before: sql<Date>`now() + webhook.reactivation_backoff(deactivations_in_a_row + 1)`,
+};

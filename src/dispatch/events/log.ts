@@ -150,7 +150,7 @@ export type AttemptRow = Omit<DeliveryAttemptsTable, 'id'>;
  * unless `keepClaim` (a sender going on with the subscription's next
  * events), leaving `nextCallAt` for a throttled subscription's next sender, in one statement (in the caller's transaction when it has state
  * changes to make with them); with `resetFailureCount`, a delivery ends the
- * subscription's run of refusals too. An event abandoned meanwhile (its
+ * subscription's run of refusals, and of deactivations (migration 0025), too. An event abandoned meanwhile (its
  * subscription left `active`) stays so unless it was delivered or failed.
  */
 export async function settleClaim(
@@ -162,8 +162,8 @@ export async function settleClaim(
 ): Promise<void> {
   await sql`
     WITH reset AS (
-      UPDATE webhook.subscriptions SET failure_count = 0
-      WHERE ${resetFailureCount} AND id = ${subscriptionId} AND failure_count > 0
+      UPDATE webhook.subscriptions SET failure_count = 0, deactivations_in_a_row = 0, reactivation_not_before = NULL
+      WHERE ${resetFailureCount} AND id = ${subscriptionId} AND (failure_count > 0 OR deactivations_in_a_row > 0)
     ), called AS (
       INSERT INTO webhook.delivery_attempts
         (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome, error, response_excerpt)
