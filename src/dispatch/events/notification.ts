@@ -74,7 +74,8 @@ export async function deliverClaim(
       const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
       following?.catch(() => undefined);
       const bodies = await notificationBodies(context, target, batch.events, batch.versions);
-      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), pacer, signal);
+      const probing = batch.events.some((event) => event.attempts > 0);
+      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), { pacer, probing, signal });
       const verdict = judge(context, target, batch.events, results);
       const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
       const goingOn = next !== undefined && next.events.length > 0;
@@ -157,13 +158,26 @@ type Sent = CallResult | 'gone' | 'unsent';
  * default) the subscriber gets the calls one after the other, in event-number
  * order. Stops starting calls after a retryable failure, or when the worker
  * shuts down (the call cut short counts as not sent).
+ *
+ * When `probing` (the batch holds a retry: the subscriber failed lately), one
+ * call goes first and the other lanes open only once it was answered without
+ * a retryable failure: a subscriber that hangs holds one connection to its
+ * origin, not DELIVERY_PARALLEL_CALLS, and healthy subscribers there keep
+ * theirs (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN).
  */
-async function send(context: DispatchContext, target: Target, bodies: unknown[], messages: string[], pacer: Pacer | undefined, signal?: AbortSignal): Promise<Sent[]> {
+async function send(
+  context: DispatchContext,
+  target: Target,
+  bodies: unknown[],
+  messages: string[],
+  { pacer, probing, signal }: { pacer: Pacer | undefined; probing: boolean; signal: AbortSignal | undefined },
+): Promise<Sent[]> {
   const results: Sent[] = bodies.map(() => 'unsent');
   let next = 0;
   let stop = false;
-  const lane = async (): Promise<void> => {
-    while (!stop && next < bodies.length) {
+  const lane = async (calls = Number.POSITIVE_INFINITY): Promise<void> => {
+    let called = 0;
+    while (called < calls && !stop && next < bodies.length) {
       const index = next++;
       const body = bodies[index];
       if (body === undefined) {
@@ -176,6 +190,7 @@ async function send(context: DispatchContext, target: Target, bodies: unknown[],
         return;
       }
       let result: CallResult;
+      called += 1;
       try {
         result = await call(context, target, body, messages[index]!, signal);
       } catch (error) {
@@ -187,7 +202,8 @@ async function send(context: DispatchContext, target: Target, bodies: unknown[],
       if (result.verdict === 'retryable') stop = true;
     }
   };
-  await Promise.all(Array.from({ length: Math.min(target.parallelCalls, bodies.length) }, lane));
+  if (probing) await lane(1);
+  await Promise.all(Array.from({ length: Math.min(target.parallelCalls, bodies.length) }, () => lane()));
   return results;
 }
 
