@@ -68,11 +68,12 @@ const options = new Command('npm run bench --')
   .option('--json', 'print the figures as JSON')
   .option('--rows <n>', 'rows written by the drain statement', '20000')
   .option('--backlog <n>', 'events queued before the workers start', '100000')
+  .option('--outage-seconds <n>', 'how long the outage row keeps its 50 subscribers failing', '60')
   .option('--only <rows>', 'only the rows whose names start with these, comma-separated (the ceilings always run)')
   .option('--servers <servers>', "embedded (a throwaway PostgreSQL of this package's), url (DATABASE_URL's), or both, comma-separated", process.env.DATABASE_URL ? 'embedded,url' : 'embedded')
   .option('--processes <kinds>', 'worker (the dispatcher in `worker` processes), serve (API and workers in one process, as `npm start`), or both', 'worker,serve')
   .parse()
-  .opts<{ json?: boolean; rows: string; backlog: string; only?: string; servers: string; processes: string }>();
+  .opts<{ json?: boolean; rows: string; backlog: string; outageSeconds: string; only?: string; servers: string; processes: string }>();
 
 /** Whether a row is to be measured in this run (--only). */
 const wanted = (name: string) => options.only === undefined || options.only.split(',').some((prefix) => name.startsWith(prefix.trim()));
@@ -189,8 +190,8 @@ let rowPeakRssKiB = 0;
 const cliScript: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
 
 /** The dispatcher as the column runs it: one `worker` process, or one `serve` process (see withDispatcherProcesses). */
-function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>, kind: ProcessKind = 'worker'): Promise<T> {
-  return withDispatcherProcesses(url, receiver, { kind, processes: 1 }, body);
+function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>, kind: ProcessKind = 'worker', settings: Record<string, string> = {}): Promise<T> {
+  return withDispatcherProcesses(url, receiver, { kind, processes: 1, settings }, body);
 }
 
 /** How the bench stores subscriptions, as the API would. */
@@ -201,7 +202,12 @@ const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsK
  * or `serve`, as an operator starts them) on the database, while `body`
  * subscribes and writes from this one; then SIGTERM, and their exit.
  */
-async function withDispatcherProcesses<T>(url: string, receiver: BenchReceiver, { kind, processes }: { kind: ProcessKind; processes: number }, body: (bench: Bench) => Promise<T>): Promise<T> {
+async function withDispatcherProcesses<T>(
+  url: string,
+  receiver: BenchReceiver,
+  { kind, processes, settings = {} }: { kind: ProcessKind; processes: number; settings?: Record<string, string> },
+  body: (bench: Bench) => Promise<T>,
+): Promise<T> {
   const port = kind === 'serve' ? await freePort() : undefined;
   const apiKey = randomBytes(24).toString('hex');
   const environment = {
@@ -213,6 +219,7 @@ async function withDispatcherProcesses<T>(url: string, receiver: BenchReceiver, 
     LOG_LEVEL: 'warn',
     // The serve process's API: one key makes every request, so its per-key limit is lifted.
     ...(port === undefined ? {} : { PORT: String(port), HOST: '127.0.0.1', BOOTSTRAP_API_KEY: apiKey, API_RATE_LIMIT_PER_MINUTE: '100000000' }),
+    ...settings,
   };
   const children = Array.from({ length: processes }, () => spawn('/bin/sh', ['-c', `${cliScript} ${kind}`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
   const exited = children.map((child) => once(child, 'exit'));
@@ -674,9 +681,8 @@ async function sparse(bench: Bench, subscriptions: number): Promise<Row> {
   return latencyRow(`sparse: ${subscriptions.toLocaleString('en-US')} subscriptions, each write at 100/s matching one`, latencies, 20);
 }
 
-/** Writes `resource(n)` for n = 1…1,000 at 100 per second, one row per INSERT: commit → receipt of each of its `matches` deliveries. */
-async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => WrittenResource): Promise<number[]> {
-  const writes = 1_000;
+/** Writes `resource(n)` for n = 1…`writes` at 100 per second, one resource per write: commit → receipt of each of its `matches` deliveries to `paths`. */
+async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => WrittenResource, writes = 1_000): Promise<number[]> {
   const { acknowledged, latencies } = commitToReceipt(bench, paths);
   const started = wallNow();
   for (let n = 1; n <= writes; n++) {
@@ -759,6 +765,87 @@ async function isolation(bench: Bench): Promise<Row> {
   await until(async () => latencies.length >= writes, 60_000, `${writes} deliveries`);
   await switchOff(bench, hangingCriteria);
   return latencyRow(`isolation: ${hanging} hanging subscribers, an unrelated one at 10 writes/s`, latencies, 50);
+}
+
+/**
+ * Healthy subscribers beside failing ones (issue 26): 200 subscriptions that
+ * stay healthy and 50 that fail in the second phase (20 answer 503 to
+ * notifications and 2xx to handshakes, so that each event reactivates them
+ * and they flap; 20 hang; 10 answer after 1.5 s), with retries after 0.5 s
+ * and 1 s, 3 attempts, a 2 s response timeout. Each write, 100 a second,
+ * matches one healthy and one failing subscription in turn; 30 s with all
+ * answering, then `outageSeconds` with the 50 failing. Commit → receipt of
+ * the healthy ones, and the database's CPU per write, in each phase.
+ */
+async function outage(url: string, receiver: BenchReceiver, kind: ProcessKind, outageSeconds: number): Promise<Row[]> {
+  const settings = { DELIVERY_RETRY_DELAYS_MS: '500,1000', DELIVERY_MAX_FAILURES: '3', DELIVERY_RESPONSE_TIMEOUT_MS: '2000' };
+  return withDispatcher(
+    url,
+    receiver,
+    async (bench) => {
+      const system = 'http://bench.example/outage';
+      const healthy = await subscribe(bench, Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`));
+      const failing = [
+        ...(await subscribe(bench, Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${n}`), '/flaky')),
+        ...(await subscribe(bench, Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${20 + n}`), '/stall')),
+        ...(await subscribe(bench, Array.from({ length: 10 }, (_, n) => `Encounter?identifier=${system}|f-${40 + n}`), '/slow')),
+      ];
+      let written = 0;
+      const resource = (n: number) => {
+        written += 1;
+        return { resourceType: 'Encounter', id: `outage-${written}`, status: 'planned', class: { code: 'AMB' }, identifier: [{ system, value: `h-${n % healthy.length}` }, { system, value: `f-${n % failing.length}` }] };
+      };
+      const phase = async (seconds: number) => {
+        const writes = seconds * 100;
+        const databaseCpu = await meterDatabaseCpu(url);
+        const latencies = await pacedLatencies(bench, healthy, 1, resource, writes);
+        const cpu = await databaseCpu.stop();
+        return { latencies, cpuPerWriteMs: cpu === undefined ? undefined : (cpu / writes) * 1000 };
+      };
+      const before = await phase(30);
+      await receiver.setOutage(true);
+      const outageStarted = new Date();
+      const during = await phase(outageSeconds);
+      await receiver.setOutage(false);
+      const { rows } = await bench.database.pool.query<{ handshakes: number; failed: number; deactivations: number }>(
+        `SELECT count(*) FILTER (WHERE kind = 'handshake')::int AS handshakes,
+                count(*) FILTER (WHERE kind = 'notification' AND outcome <> 'delivered')::int AS failed,
+                (SELECT count(*)::int FROM webhook.deactivation_alerts alert WHERE alert.created_at >= $1) AS deactivations
+         FROM webhook.delivery_attempts WHERE started_at >= $1`,
+        [outageStarted],
+      );
+      await switchOff(bench, [...Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`), ...Array.from({ length: 50 }, (_, n) => `Encounter?identifier=${system}|f-${n}`)]);
+      const p99 = (latencies: number[]) => percentile(latencies, 0.99);
+      const ratio = p99(during.latencies) / p99(before.latencies);
+      const calls = rows[0]!;
+      const rowsOut: Row[] = [
+        {
+          row: `outage: 200 healthy subscribers' p99 while 50 fail (${outageSeconds} s) vs before`,
+          figure: ratio,
+          unit: '×',
+          target: '≤ 2×',
+          met: ratio <= 2,
+          checks:
+            `p99 ${p99(before.latencies).toFixed(1)} ms before (${before.latencies.length} deliveries), ${p99(during.latencies).toFixed(1)} ms during (${during.latencies.length}); ` +
+            `during the outage ${calls.handshakes} handshakes, ${calls.failed} notifications not delivered, ${calls.deactivations} deactivations`,
+        },
+      ];
+      if (before.cpuPerWriteMs !== undefined && during.cpuPerWriteMs !== undefined) {
+        const cpuRatio = during.cpuPerWriteMs / before.cpuPerWriteMs;
+        rowsOut.push({
+          row: `outage: database CPU per write while 50 fail vs before`,
+          figure: cpuRatio,
+          unit: '×',
+          target: '≤ 1.3×',
+          met: cpuRatio <= 1.3,
+          checks: `${before.cpuPerWriteMs.toFixed(2)} ms per write before, ${during.cpuPerWriteMs.toFixed(2)} ms during`,
+        });
+      }
+      return rowsOut;
+    },
+    kind,
+    settings,
+  );
 }
 
 /**
@@ -1042,6 +1129,7 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
       },
       kind,
     );
+    if (wanted('outage')) measured.push(...(await outage(scratch.url, receiver, kind, Number(options.outageSeconds))));
     if (kind === 'worker') await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
     const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
     if (peak > 0) measured.push({ row: 'peak RSS of the dispatcher process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });

@@ -11,7 +11,9 @@ import type { AddressInfo } from 'node:net';
  * the resource id, version and lastUpdated, whether the signature held, and
  * when the body was in (epoch ms, comparable across processes on one machine).
  * Under /hang/ it answers handshakes and never answers a notification: a
- * subscriber that hangs until the dispatcher's response timeout.
+ * subscriber that hangs until the dispatcher's response timeout. During an
+ * outage (setOutage), notifications under /flaky/ are answered 503 (their
+ * handshakes 200), under /stall/ never, under /slow/ after 1.5 s.
  */
 
 export type Receipt = {
@@ -25,10 +27,17 @@ export type Receipt = {
   receivedAt: number;
 };
 type Message = { type: 'ready'; port: number } | { type: 'receipts'; batch: Receipt[] };
+type Command = { type: 'outage'; on: boolean };
 
 export const wallNow = () => performance.timeOrigin + performance.now();
 
-export type BenchReceiver = { port: number; onReceipt: (handler: (receipt: Receipt) => void) => void; stop: () => void };
+export type BenchReceiver = {
+  port: number;
+  onReceipt: (handler: (receipt: Receipt) => void) => void;
+  /** Starts or ends the outage of the /flaky/, /stall/ and /slow/ subscribers (the receiver has it before any call sent after the promise resolves, give or take its event loop). */
+  setOutage: (on: boolean) => Promise<void>;
+  stop: () => void;
+};
 
 /** Starts the receiver process; every call it gets is handed to the current onReceipt handler. */
 export async function startBenchReceiver(secret: string): Promise<BenchReceiver> {
@@ -43,10 +52,15 @@ export async function startBenchReceiver(secret: string): Promise<BenchReceiver>
     });
   });
   child.removeAllListeners('exit');
-  return { port, onReceipt: (next) => (handler = next), stop: () => child.kill() };
+  const setOutage = (on: boolean) => new Promise<void>((resolve, reject) => child.send({ type: 'outage', on } satisfies Command, (error) => (error ? reject(error) : resolve())));
+  return { port, onReceipt: (next) => (handler = next), setOutage, stop: () => child.kill() };
 }
 
 function serve(secret: string): void {
+  let outage = false;
+  process.on('message', (command: Command) => {
+    if (command.type === 'outage') outage = command.on;
+  });
   let batch: Receipt[] = [];
   let flushing = false;
   const flush = () => {
@@ -60,11 +74,14 @@ function serve(secret: string): void {
     request.on('end', () => {
       const receivedAt = wallNow();
       const body = Buffer.concat(chunks);
-      if (request.url?.startsWith('/hang/')) {
-        if (body.includes('"handshake"')) response.writeHead(200).end();
+      const handshake = body.includes('"handshake"');
+      if (request.url?.startsWith('/hang/') || (outage && request.url?.startsWith('/stall/'))) {
+        if (handshake) response.writeHead(200).end();
         return;
       }
-      response.writeHead(200).end();
+      if (outage && !handshake && request.url?.startsWith('/flaky/')) return void response.writeHead(503).end();
+      if (outage && !handshake && request.url?.startsWith('/slow/')) setTimeout(() => response.writeHead(200).end(), 1_500);
+      else response.writeHead(200).end();
       const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(body).digest('hex')}`);
       const received = Buffer.from(String(request.headers['x-hub-signature'] ?? ''));
       const signatureOk = received.length === expected.length && timingSafeEqual(received, expected);
