@@ -14,6 +14,7 @@ import type { PayloadContent } from '../topics/backport.ts';
 import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
 import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
 import type { TokenProvider } from './oauth.ts';
+import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
 import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
 
@@ -32,6 +33,8 @@ export type DispatchContext = {
   delivery: Config['delivery'];
   /** The SSRF-guarded HTTP/1.1 agent. */
   dispatcher: Dispatcher;
+  /** The places for calls at each origin, given fairly among its subscriptions (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN). */
+  originCalls: OriginCalls;
   tokens: TokenProvider | undefined;
   mailer: AlertMailer;
   metrics: Metrics;
@@ -147,11 +150,17 @@ export async function call(context: DispatchContext, target: Target, resource: u
     }
   }
   const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
-  const result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
-    dispatcher: context.dispatcher,
-    responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
-    ...(signal === undefined ? {} : { signal }),
-  });
+  const giveBack = await context.originCalls.take(target.endpoint, target.id, signal);
+  let result: CallResult;
+  try {
+    result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
+      dispatcher: context.dispatcher,
+      responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
+      ...(signal === undefined ? {} : { signal }),
+    });
+  } finally {
+    giveBack();
+  }
   if (result.refusedAddress !== undefined) {
     context.logger.warn({ subscriptionId: target.id, address: result.refusedAddress, error: result.error }, 'SSRF guard refused a delivery address');
   }

@@ -14,6 +14,7 @@ import { releaseStrandedClaims } from './events/log.ts';
 import { newSenderId, startEventSender, type EventSender } from './events/sender.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
 import { createTokenProvider } from './oauth.ts';
+import { OriginCalls } from './origin-calls.ts';
 import { createDeliveryAgent } from './ssrf.ts';
 import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 
@@ -74,6 +75,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     namingSystem: config.webhookNamingSystem,
     delivery: config.delivery,
     dispatcher,
+    originCalls: new OriginCalls(config.delivery.maxConnectionsPerOrigin),
     tokens: config.oauth === undefined ? undefined : createTokenProvider(config.oauth),
     mailer,
     metrics,
