@@ -146,4 +146,57 @@ describe('connections to one origin', () => {
     const withoutPlace = crawling - new Set(arrivals.slice(0, 4)).size;
     expect(arrivals.slice(4).indexOf('/quick')).toBeLessThanOrEqual(withoutPlace);
   });
+
+  it('are taken one at a time by a subscriber whose calls failed lately, new events included, until one is delivered', { timeout: 120_000 }, async () => {
+    const t = await startTestApp();
+    cleanups.push(() => t.close());
+    const config = loadConfig({
+      BASE_URL: baseUrl,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      DELIVERY_PARALLEL_CALLS: '4',
+      DELIVERY_RESPONSE_TIMEOUT_MS: '500',
+      // Retries not due while the test runs: the second round is new events only.
+      DELIVERY_RETRY_DELAYS_MS: '60000,60000',
+    });
+    // Answers handshakes; holds every notification (until the 500 ms timeout), counting those held at once.
+    let held = 0;
+    let mostHeld = 0;
+    let calls = 0;
+    const server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string };
+        if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
+        calls += 1;
+        mostHeld = Math.max(mostHeld, ++held);
+        request.socket.on('close', () => held--);
+      });
+    });
+    const receiver = await listenOnLoopback(server);
+    cleanups.push(receiver.close);
+    const workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+    cleanups.push(() => workers.stop());
+    const { id } = await subscribe(t, 'Encounter?class=stalled', `http://127.0.0.1:${receiver.port}/stalled`);
+    await untilStatus(t, id, 'active', 30_000);
+    const write = (round: number) =>
+      t.database.pool.query(
+        `INSERT INTO fhir.resources (content)
+         SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'stalled-' || $1::int || '-' || k, 'status', 'finished', 'class', jsonb_build_object('code', 'stalled'))
+         FROM generate_series(1, 4) k`,
+        [round],
+      );
+
+    // Its first events go 4 at a time, as it has not failed yet; they time out, to be retried in a minute.
+    await write(1);
+    await waitFor(() => (calls === 4 && held === 0 ? true : undefined), 30_000, 'the first 4 calls, timed out');
+    expect(mostHeld).toBe(4);
+    // New events while it is failing: one call, which times out too, and the others wait with it.
+    mostHeld = 0;
+    await write(2);
+    await waitFor(() => (calls === 5 && held === 0 ? true : undefined), 30_000, 'one more call, timed out');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(calls).toBe(5);
+    expect(mostHeld).toBe(1);
+  });
 });

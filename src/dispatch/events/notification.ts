@@ -63,7 +63,7 @@ export async function deliverClaim(
   claim: Claim,
   target: Target,
   versions: Versions,
-  { signal, claimMore }: { signal?: AbortSignal; claimMore?: ClaimMore } = {},
+  { signal, claimMore, failing }: { signal?: AbortSignal; claimMore?: ClaimMore; failing?: FailingSubscribers } = {},
 ): Promise<void> {
   let batch: Batch = { events: claim.events, versions };
   let recorded = Promise.resolve();
@@ -74,9 +74,10 @@ export async function deliverClaim(
       const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
       following?.catch(() => undefined);
       const bodies = await notificationBodies(context, target, batch.events, batch.versions);
-      const probing = batch.events.some((event) => event.attempts > 0);
+      const probing = failing?.has(target.id) === true || batch.events.some((event) => event.attempts > 0);
       const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), { pacer, probing, signal });
       const verdict = judge(context, target, batch.events, results);
+      failing?.record(target.id, verdict);
       const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
       const goingOn = next !== undefined && next.events.length > 0;
       // Batches are recorded in order: the release comes after every batch before it.
@@ -92,6 +93,30 @@ export async function deliverClaim(
     // The batch before is recorded (or has failed) before the caller releases the claim: a release first would let another sender take its events again.
     await recorded.catch(() => undefined);
     throw error;
+  }
+}
+
+/**
+ * The subscribers whose last calls from this sender failed and were to be
+ * retried (a retryable failure), until one is delivered: their next batch
+ * starts with one call (send's `probing`). Without it, a subscriber that
+ * hangs was probed with one call only for its retries, and its new events
+ * went DELIVERY_PARALLEL_CALLS at a time, each holding a place at its origin
+ * until the response timeout.
+ */
+export class FailingSubscribers {
+  private readonly ids = new Set<string>();
+
+  has(subscriptionId: string): boolean {
+    return this.ids.has(subscriptionId);
+  }
+
+  record(subscriptionId: string, verdict: Verdict): void {
+    if (verdict.retried > 0 || verdict.exhausted !== undefined) {
+      // Bounded: past this many, the oldest are forgotten (probed at their next retry still).
+      if (this.ids.size >= 10_000) this.ids.delete(this.ids.values().next().value!);
+      this.ids.add(subscriptionId);
+    } else if (verdict.delivered) this.ids.delete(subscriptionId);
   }
 }
 
@@ -159,7 +184,7 @@ type Sent = CallResult | 'gone' | 'unsent';
  * order. Stops starting calls after a retryable failure, or when the worker
  * shuts down (the call cut short counts as not sent).
  *
- * When `probing` (the batch holds a retry: the subscriber failed lately), one
+ * When `probing` (the subscriber failed lately: FailingSubscribers, or a retry in the batch), one
  * call goes first and the other lanes open only once it was answered without
  * a retryable failure: a subscriber that hangs holds one connection to its
  * origin, not DELIVERY_PARALLEL_CALLS, and healthy subscribers there keep

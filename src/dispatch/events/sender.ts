@@ -5,7 +5,7 @@ import pg from 'pg';
 import { loadTarget, type DispatchContext, type Target } from '../delivery.ts';
 import { claimHeartbeats, sendHeartbeat } from './heartbeats.ts';
 import { claimEvents, claimMoreEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
-import { deliverClaim, loadVersions, type ClaimMore, type Versions } from './notification.ts';
+import { deliverClaim, FailingSubscribers, loadVersions, type ClaimMore, type Versions } from './notification.ts';
 
 /** Subscriptions claimed in one statement at most. */
 const maxSubscriptionsPerClaim = 32;
@@ -47,6 +47,7 @@ export function startEventSender(context: DispatchContext, { connectionString, c
   const working = new Map<string, Promise<void>>();
   const refillAt = Math.min(maxSubscriptionsPerClaim, Math.max(1, Math.floor(concurrency * refillShare)));
   const targets = new TargetCache();
+  const failing = new FailingSubscribers();
   const shutdown = new AbortController();
   let stopping = false;
   // Whether there may be events to claim; wake() resumes the loop when it sleeps.
@@ -99,7 +100,7 @@ export function startEventSender(context: DispatchContext, { connectionString, c
         await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
         return;
       }
-      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId) });
+      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId), failing });
     } catch (error) {
       // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
       logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');
