@@ -692,7 +692,8 @@ async function pacedLatencies(bench: Bench, paths: string[], matches: number, re
   const started = wallNow();
   for (let n = 1; n <= writes; n++) {
     const due = started + n * 10;
-    if (due > wallNow()) await sleep(due - wallNow());
+    const wait = due - wallNow();
+    if (wait > 0) await sleep(wait);
     const written = resource(n);
     await bench.writeOne(written);
     acknowledged(written.id);
@@ -755,7 +756,8 @@ async function isolation(bench: Bench): Promise<Row> {
   const started = wallNow();
   for (let n = 1; n <= writes; n++) {
     const due = started + n * 100;
-    if (due > wallNow()) await sleep(due - wallNow());
+    const wait = due - wallNow();
+    if (wait > 0) await sleep(wait);
     await bench.database.pool.query(
       `INSERT INTO fhir.resources (content)
        SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'hang-' || k || '-' || $1::int, 'status', 'final',
