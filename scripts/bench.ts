@@ -128,6 +128,12 @@ async function graphileWorkerCeiling(url: string, jobs: number): Promise<Row> {
   }
 }
 
+/** CPU seconds per 1,000 deliveries of the dispatcher's process and of the database's backends (what the capacity model in docs/performance.md is made of). */
+function cpuPerThousand(profile: { databaseCpuSeconds: number | undefined; dispatcherCpuSeconds: number }, deliveries: number): string {
+  const per = (seconds: number) => `${((seconds / deliveries) * 1000).toFixed(3)} s`;
+  return `CPU per 1,000 deliveries: the dispatcher process ${per(profile.dispatcherCpuSeconds)}${profile.databaseCpuSeconds === undefined ? '' : `, the database ${per(profile.databaseCpuSeconds)}`}`;
+}
+
 /** The database's CPU per 1,000 of `count` (deliveries, jobs), when it could be read. */
 function perThousand(databaseCpuSeconds: number | undefined, count: number): Pick<Row, 'databaseCpuPerThousand'> {
   return databaseCpuSeconds === undefined ? {} : { databaseCpuPerThousand: (databaseCpuSeconds / count) * 1000 };
@@ -430,7 +436,7 @@ async function drain(bench: Bench, rows: number): Promise<Row> {
     row: `drain: one statement of ${rows.toLocaleString('en-US')} rows, 1 subscription`,
     figure: result.rate,
     unit: 'deliveries/s',
-    checks: `${result.checks}\n  where the time goes: ${profile.text}`,
+    checks: `${result.checks}\n  where the time goes: ${profile.text}\n  ${cpuPerThousand(profile, rows)}`,
     ...perThousand(profile.databaseCpuSeconds, rows),
   };
 }
@@ -453,7 +459,7 @@ function machineTimes(): { busy: number; total: number } {
  * running, sampled every 100 ms from pg_stat_activity (wait events; "CPU"
  * when active with none).
  */
-async function profiled<T>({ database, dispatchers, kind }: Bench, work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined } }> {
+async function profiled<T>({ database, dispatchers, kind }: Bench, work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined; dispatcherCpuSeconds: number } }> {
   const url = database.connectionString;
   const databaseCpu = await meterDatabaseCpu(url);
   const sampler = new pg.Client({ connectionString: url, application_name: instrumentApplicationName });
@@ -506,7 +512,7 @@ async function profiled<T>({ database, dispatchers, kind }: Bench, work: () => P
       (databaseCpuSeconds === undefined ? '' : `the database's backends ${((databaseCpuSeconds * 1000 / elapsedMs) * 100).toFixed(0)}%, `) +
       `machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
       `database sessions on average: ${sessions}; active statements on average:\n    ${busiest}`;
-    return { result, profile: { text, databaseCpuSeconds } };
+    return { result, profile: { text, databaseCpuSeconds, dispatcherCpuSeconds: cpu } };
   } finally {
     running = false;
     await sampling;
@@ -573,7 +579,7 @@ async function broad(bench: Bench, subscriptions: number, writes: number): Promi
     row: `broad: ${subscriptions.toLocaleString('en-US')} subscriptions all matching ${writes} single-row writes`,
     figure: rate,
     unit: 'deliveries/s',
-    checks: `${checks}\n  where the time goes: ${profile.text}`,
+    checks: `${checks}\n  where the time goes: ${profile.text}\n  ${cpuPerThousand(profile, deliveries)}`,
     ...perThousand(profile.databaseCpuSeconds, deliveries),
   };
 }
