@@ -510,12 +510,16 @@ AS $function$
   RETURNING stream.subscription_id, due.version_id, stream.last_event_number;
 $function$;
 
-CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer)
- RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer, max_bytes bigint)
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   batch bigint[];
+  batch_bytes integer[];
+  bytes_left bigint := max_bytes;
+  more boolean := false;
+  due record;
   in_order boolean;
   events_before bigint;
 BEGIN
@@ -527,25 +531,49 @@ BEGIN
   END IF;
   events_before := CASE WHEN in_order THEN webhook.first_event_waiting_for_retry(subscription) ELSE 9223372036854775807 END;
 
-  SELECT array_agg(due.id) INTO batch
-  FROM (
-    SELECT e.id FROM webhook.subscription_events e
-    WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-      AND e.id < events_before
-      AND (e.not_before IS NULL OR e.not_before <= now())
+  -- Its due events in log order, each with the size of its version (none
+  -- for a version that is gone), one past max_events to know whether any is
+  -- left out.
+  FOR due IN
+    SELECT e.id, coalesce(stored.size, 0) AS size
+    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
+          WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
+            AND e.id < events_before
+            AND (e.not_before IS NULL OR e.not_before <= now())
+          ORDER BY e.id
+          LIMIT max_events + 1) e
+    LEFT JOIN LATERAL (
+      SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
+                  ELSE pg_column_size(h.content || '{}') END AS size
+      FROM fhir.resource_history h
+      WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
+    ) stored ON true
     ORDER BY e.id
-    LIMIT max_events
-  ) due;
+  LOOP
+    IF coalesce(cardinality(batch), 0) = max_events OR due.size > bytes_left THEN
+      more := true;
+      EXIT;
+    END IF;
+    batch := array_append(batch, due.id);
+    batch_bytes := array_append(batch_bytes, due.size);
+    bytes_left := bytes_left - due.size;
+  END LOOP;
   IF batch IS NULL THEN
     RETURN;
   END IF;
 
-  RETURN QUERY SELECT * FROM webhook.prepare_claimed_events(batch);
+  RETURN QUERY
+    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
+           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
+           counted.size, more
+    FROM webhook.prepare_claimed_events(batch) prepared
+    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
+    ORDER BY prepared.event_id;
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer)
- RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer, max_bytes bigint)
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -556,8 +584,15 @@ DECLARE
   candidate uuid;
   wanted integer;
   free uuid;
+  events_before bigint;
   claimed uuid[];
+  left_out uuid[];
   batch bigint[];
+  batch_bytes integer[];
+  bytes_left bigint := max_bytes;
+  taken integer;
+  more boolean;
+  due record;
 BEGIN
   WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
     (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
@@ -581,13 +616,13 @@ BEGIN
   WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
 
   -- The free candidates in order, locked one by one until the share is
-  -- claimed: each is one probe by key, and the loop stops at the share (a
-  -- single statement over all the candidates would test and sort them all,
-  -- a thousand for a write that matched a thousand subscriptions).
+  -- claimed or the bytes are: each is one probe by key, and the loop stops
+  -- there (a single statement over all the candidates would test and sort
+  -- them all, a thousand for a write that matched a thousand subscriptions).
   wanted := greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0);
   FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
-    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted;
-    SELECT stream.subscription_id INTO free
+    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted OR (bytes_left <= 0 AND batch IS NOT NULL);
+    SELECT stream.subscription_id, held_back.events_before INTO free, events_before
     FROM webhook.subscription_streams stream
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
     CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
@@ -600,8 +635,45 @@ BEGIN
                      AND e.id < held_back.events_before
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
-    IF FOUND THEN
-      claimed := array_append(claimed, free);
+    CONTINUE WHEN NOT FOUND;
+
+    -- Its due events in log order, each with the size of its version (none
+    -- for a version that is gone), one past max_events to know whether any
+    -- is left out.
+    taken := 0;
+    more := false;
+    FOR due IN
+      SELECT e.id, coalesce(stored.size, 0) AS size
+      FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
+            WHERE e.subscription_id = free AND e.status = 'pending'
+              AND e.id < events_before
+              AND (e.not_before IS NULL OR e.not_before <= now())
+            ORDER BY e.id
+            LIMIT max_events + 1) e
+      LEFT JOIN LATERAL (
+        SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
+                    ELSE pg_column_size(h.content || '{}') END AS size
+        FROM fhir.resource_history h
+        WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
+      ) stored ON true
+      ORDER BY e.id
+    LOOP
+      IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
+        more := true;
+        EXIT;
+      END IF;
+      batch := array_append(batch, due.id);
+      batch_bytes := array_append(batch_bytes, due.size);
+      bytes_left := bytes_left - due.size;
+      taken := taken + 1;
+    END LOOP;
+    -- Not even its first event fits in the bytes left: the claim is full.
+    -- The subscription stays free (its row's lock ends with the claim's
+    -- transaction), first in line for the next claim.
+    EXIT WHEN taken = 0;
+    claimed := array_append(claimed, free);
+    IF more THEN
+      left_out := array_append(left_out, free);
     END IF;
   END LOOP;
   IF claimed IS NULL THEN
@@ -612,21 +684,13 @@ BEGIN
   SET claimed_by = worker, claimed_at = now()
   WHERE stream.subscription_id = ANY (claimed);
 
-  SELECT array_agg(due.id) INTO batch
-  FROM unnest(claimed) AS one(subscription_id)
-  JOIN webhook.subscriptions s ON s.id = one.subscription_id
-  CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
-                                  ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
-  CROSS JOIN LATERAL (
-    SELECT e.id FROM webhook.subscription_events e
-    WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND e.id < held_back.events_before
-      AND (e.not_before IS NULL OR e.not_before <= now())
-    ORDER BY e.id
-    LIMIT max_events
-  ) due;
-
-  RETURN QUERY SELECT * FROM webhook.prepare_claimed_events(batch);
+  RETURN QUERY
+    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
+           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
+           counted.size, prepared.subscription_id = ANY (coalesce(left_out, '{}'))
+    FROM webhook.prepare_claimed_events(batch) prepared
+    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
+    ORDER BY prepared.subscription_id, prepared.event_id;
 END
 $function$;
 

@@ -26,6 +26,7 @@ describe('configuration from the environment', () => {
         concurrency: 64,
         parallelCalls: 8,
         maxConnectionsPerOrigin: 64,
+        maxClaimedBytes: 8 * 1024 * 1024,
         allowPrivateNetworks: false,
         standardSignatures: false,
         logRetentionDays: 30,
@@ -79,6 +80,10 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '64', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '65' }).delivery.maxConnectionsPerOrigin).toBe(65);
   });
 
+  it('takes the bytes of resource versions a worker process\'s claims may hold', () => {
+    expect(loadConfig({ DELIVERY_MAX_CLAIMED_BYTES: '600000' }).delivery.maxClaimedBytes).toBe(600_000);
+  });
+
   it.each([
     ['PORT', 'eighty'],
     ['PORT', '70000'],
@@ -96,6 +101,8 @@ describe('configuration from the environment', () => {
     ['DELIVERY_RETRY_DELAYS_MS', '10s,1m'],
     ['DELIVERY_MAX_FAILURES', '0'],
     ['DELIVERY_MAX_CONNECTIONS_PER_ORIGIN', 'many'],
+    ['DELIVERY_MAX_CLAIMED_BYTES', '0'],
+    ['DELIVERY_MAX_CLAIMED_BYTES', '8MiB'],
     ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'sometimes'],
     ['SMTP_URL', 'http://mail'],
     ['ALERT_EMAIL_FROM', 'nobody'],

@@ -1,7 +1,7 @@
 -- A worker's claim: the due events of up to max_subscriptions subscriptions
--- that no worker is sending, up to max_events each, in one statement. A broad
--- write (one resource, a thousand subscriptions) costs a few claims, not a
--- thousand jobs.
+-- that no worker is sending, up to max_events each and max_bytes in all, in
+-- one statement. A broad write (one resource, a thousand subscriptions)
+-- costs a few claims, not a thousand jobs.
 --
 -- A subscription is claimed by one worker at a time (its row of
 -- webhook.subscription_streams, locked FOR UPDATE SKIP LOCKED, then marked
@@ -22,17 +22,40 @@
 -- claim when a write's NOTIFY or their poll wakes them, would find nothing
 -- free: one process would do the work of all.
 --
+-- Bounded by bytes too (DELIVERY_MAX_CLAIMED_BYTES, src/dispatch/events/sender.ts):
+-- the worker loads every claimed event's resource version and keeps it while
+-- it sends, so a claim of a hundred 10 MB resources would hold a gigabyte.
+-- Each version is counted at its size uncompressed, as PostgreSQL stores it,
+-- about the size of its JSON text (what the worker receives and parses).
+-- pg_column_size() alone gives the stored size, which for a compressed value
+-- (most resources over 2 kB; a narrative is often 4 to 6 times smaller) is
+-- not what the worker holds. Only a compressed version is decompressed to be
+-- counted (jsonb || '{}' gives back its left operand, decompressed, without
+-- rebuilding it: a third of the cost of its text); an uncompressed one, small
+-- or stored out of line, is counted from its header, without reading it.
+--
+-- Each subscription's events are taken in log order while they fit, read
+-- and counted one at a time, no further than the first that does not: the
+-- events left out stay pending and come first in its next batch. A
+-- subscription none of whose events fits is not claimed, and ends the claim
+-- (it is then first in line for the next). The claim's first event is taken
+-- whatever its size, so that a version larger than the bound still goes,
+-- alone.
+--
 -- A topic-based subscription's events are claimed in order: none while an
 -- earlier one waits for its retry (webhook.first_event_waiting_for_retry).
 --
 -- The claimed events are superseded or numbered, and returned in the order to
--- send them, by webhook.prepare_claimed_events. A worker that got a full
--- batch takes the subscription's next events, without releasing it, with
+-- send them, by webhook.prepare_claimed_events, each with the bytes it was
+-- counted for and whether its subscription has due events left out of the
+-- claim (by max_events or max_bytes). A worker that got such a batch takes
+-- the subscription's next events, without releasing it, with
 -- webhook.claim_more_subscription_events.
 
-CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer)
+CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer, max_bytes bigint)
   RETURNS TABLE (subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint,
-                 resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
+                 resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer,
+                 bytes integer, more_due boolean)
   LANGUAGE plpgsql
   AS $$
 DECLARE
@@ -43,8 +66,15 @@ DECLARE
   candidate uuid;
   wanted integer;
   free uuid;
+  events_before bigint;
   claimed uuid[];
+  left_out uuid[];
   batch bigint[];
+  batch_bytes integer[];
+  bytes_left bigint := max_bytes;
+  taken integer;
+  more boolean;
+  due record;
 BEGIN
   WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
     (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
@@ -68,13 +98,13 @@ BEGIN
   WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
 
   -- The free candidates in order, locked one by one until the share is
-  -- claimed: each is one probe by key, and the loop stops at the share (a
-  -- single statement over all the candidates would test and sort them all,
-  -- a thousand for a write that matched a thousand subscriptions).
+  -- claimed or the bytes are: each is one probe by key, and the loop stops
+  -- there (a single statement over all the candidates would test and sort
+  -- them all, a thousand for a write that matched a thousand subscriptions).
   wanted := greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0);
   FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
-    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted;
-    SELECT stream.subscription_id INTO free
+    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted OR (bytes_left <= 0 AND batch IS NOT NULL);
+    SELECT stream.subscription_id, held_back.events_before INTO free, events_before
     FROM webhook.subscription_streams stream
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id
     CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
@@ -87,8 +117,45 @@ BEGIN
                      AND e.id < held_back.events_before
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
-    IF FOUND THEN
-      claimed := array_append(claimed, free);
+    CONTINUE WHEN NOT FOUND;
+
+    -- Its due events in log order, each with the size of its version (none
+    -- for a version that is gone), one past max_events to know whether any
+    -- is left out.
+    taken := 0;
+    more := false;
+    FOR due IN
+      SELECT e.id, coalesce(stored.size, 0) AS size
+      FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
+            WHERE e.subscription_id = free AND e.status = 'pending'
+              AND e.id < events_before
+              AND (e.not_before IS NULL OR e.not_before <= now())
+            ORDER BY e.id
+            LIMIT max_events + 1) e
+      LEFT JOIN LATERAL (
+        SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
+                    ELSE pg_column_size(h.content || '{}') END AS size
+        FROM fhir.resource_history h
+        WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
+      ) stored ON true
+      ORDER BY e.id
+    LOOP
+      IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
+        more := true;
+        EXIT;
+      END IF;
+      batch := array_append(batch, due.id);
+      batch_bytes := array_append(batch_bytes, due.size);
+      bytes_left := bytes_left - due.size;
+      taken := taken + 1;
+    END LOOP;
+    -- Not even its first event fits in the bytes left: the claim is full.
+    -- The subscription stays free (its row's lock ends with the claim's
+    -- transaction), first in line for the next claim.
+    EXIT WHEN taken = 0;
+    claimed := array_append(claimed, free);
+    IF more THEN
+      left_out := array_append(left_out, free);
     END IF;
   END LOOP;
   IF claimed IS NULL THEN
@@ -99,20 +166,12 @@ BEGIN
   SET claimed_by = worker, claimed_at = now()
   WHERE stream.subscription_id = ANY (claimed);
 
-  SELECT array_agg(due.id) INTO batch
-  FROM unnest(claimed) AS one(subscription_id)
-  JOIN webhook.subscriptions s ON s.id = one.subscription_id
-  CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
-                                  ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
-  CROSS JOIN LATERAL (
-    SELECT e.id FROM webhook.subscription_events e
-    WHERE e.subscription_id = one.subscription_id AND e.status = 'pending'
-      AND e.id < held_back.events_before
-      AND (e.not_before IS NULL OR e.not_before <= now())
-    ORDER BY e.id
-    LIMIT max_events
-  ) due;
-
-  RETURN QUERY SELECT * FROM webhook.prepare_claimed_events(batch);
+  RETURN QUERY
+    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
+           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
+           counted.size, prepared.subscription_id = ANY (coalesce(left_out, '{}'))
+    FROM webhook.prepare_claimed_events(batch) prepared
+    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
+    ORDER BY prepared.subscription_id, prepared.event_id;
 END
 $$;

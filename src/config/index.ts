@@ -58,6 +58,14 @@ const environmentSchema = z.object({
   // holds 8 of them, and the others at its origin share the 56 left.
   DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: z.coerce.number().int().min(2).default(64),
   DELIVERY_MAX_CALLS_PER_SECOND: z.coerce.number().positive().max(100_000).optional(),
+  // The bytes of resource versions a worker process's claims hold at once, each counted uncompressed
+  // (about its JSON text); the heap holds several times that (the versions parsed, and for each call
+  // its body as text and as bytes). A worker process at rest takes about 150 MiB; with the default
+  // concurrency, 64 subscriptions of 300 kB resources peaked at 238-263 MiB with 8 MiB, 269 MiB with
+  // 12 and 285-291 MiB with 16 (1,391 MiB without a bound), 64 of 8 kB ones at 237 MiB (389 MiB
+  // without): 8 MiB keeps the peak under 300 MiB, with room for what it does not count (a
+  // notification's _include resources). docs/delivery.md has the measurements.
+  DELIVERY_MAX_CLAIMED_BYTES: z.coerce.number().int().min(1).default(8 * 1024 * 1024),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
@@ -112,6 +120,8 @@ export type Config = Readonly<{
     maxConnectionsPerOrigin: number;
     /** Calls a second to one subscriber at most, unless its subscription says; undefined: no limit. */
     maxCallsPerSecond: number | undefined;
+    /** Bytes of resource versions (uncompressed, about their JSON text) a worker process's claims hold at once, one version more at most. */
+    maxClaimedBytes: number;
     /** Turns the SSRF guard off (development only). */
     allowPrivateNetworks: boolean;
     /** Also sign with the Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature). */
@@ -175,6 +185,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       parallelCalls: env.DELIVERY_PARALLEL_CALLS,
       maxConnectionsPerOrigin: env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN,
       maxCallsPerSecond: env.DELIVERY_MAX_CALLS_PER_SECOND,
+      maxClaimedBytes: env.DELIVERY_MAX_CLAIMED_BYTES,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,

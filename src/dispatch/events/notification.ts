@@ -22,7 +22,7 @@ import {
 } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
 import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
-import { maxEventsPerClaim, nextCallAt, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
+import { nextCallAt, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
 
 /**
  * Batches of one subscription a sender sends without releasing it
@@ -31,10 +31,15 @@ import { maxEventsPerClaim, nextCallAt, settleClaim, type AttemptRow, type Claim
  */
 const maxBatchesPerClaim = 10;
 
-/** Events of the claimed subscription with the versions they name. */
-export type Batch = { events: ClaimedEvent[]; versions: Versions };
+/** Events of the claimed subscription with the versions they name, and whether due events were left out of them (the claim's moreDue). */
+export type Batch = { events: ClaimedEvent[]; versions: Versions; moreDue: boolean };
 
-/** The claimed subscription's next due events after the event given (none when the claim ends). */
+/**
+ * The claimed subscription's next due events after the event given (none
+ * when the claim ends). Asked while the batch ending with that event is
+ * sent, when every batch before it is done with: the sender counts the
+ * bytes its batches hold by these calls (src/dispatch/events/sender.ts).
+ */
 export type ClaimMore = (afterEventId: string) => Promise<Batch>;
 
 /**
@@ -65,13 +70,13 @@ export async function deliverClaim(
   versions: Versions,
   { signal, claimMore, failing }: { signal?: AbortSignal; claimMore?: ClaimMore; failing?: FailingSubscribers } = {},
 ): Promise<void> {
-  let batch: Batch = { events: claim.events, versions };
+  let batch: Batch = { events: claim.events, versions, moreDue: claim.moreDue };
   let recorded = Promise.resolve();
   const pacer = target.maxCallsPerSecond === undefined ? undefined : await Pacer.resume(context.db, target.id, target.maxCallsPerSecond);
   try {
     for (let round = 1; ; round += 1) {
-      // A full batch may have more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
-      const following = claimMore !== undefined && batch.events.length === maxEventsPerClaim && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
+      // A batch that left due events out (maxEventsPerClaim, or the sender's bytes) has more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
+      const following = claimMore !== undefined && batch.moreDue && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
       following?.catch(() => undefined);
       const bodies = await notificationBodies(context, target, batch.events, batch.versions);
       const probing = failing?.has(target.id) === true || batch.events.some((event) => event.attempts > 0);
@@ -361,6 +366,23 @@ export async function loadVersions(db: Db, events: VersionEvent[]): Promise<Vers
             AS key (resource_type, id, version_id)) wanted
     JOIN fhir.resource_history h USING (resource_type, id, version_id)`.execute(db);
   return new Map(rows.map((row) => [eventKey({ resourceType: row.resource_type, resourceId: row.id, versionId: row.version_id }), { content: row.content, lastUpdated: row.last_updated }]));
+}
+
+/**
+ * The versions of these events, out of versions loaded for more (a sender's
+ * claim of several subscriptions, read in one query): each batch keeps only
+ * its own, so that once it is sent they can be collected, while the other
+ * subscriptions of its claim are still being sent to. A version several
+ * batches name is held once, by all of them.
+ */
+export function versionsOf(events: VersionEvent[], loaded: Versions): Versions {
+  const versions: Versions = new Map();
+  for (const event of events) {
+    const key = eventKey(event);
+    const version = loaded.get(key);
+    if (version !== undefined) versions.set(key, version);
+  }
+  return versions;
 }
 
 /** What is sent for an event, and when its version was committed (its lastUpdated). */

@@ -4,8 +4,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { loadTarget, type DispatchContext, type Target } from '../delivery.ts';
 import { claimHeartbeats, sendHeartbeat } from './heartbeats.ts';
-import { claimEvents, claimMoreEvents, eventsChannel, settleClaim, type Claim } from './log.ts';
-import { deliverClaim, FailingSubscribers, loadVersions, type ClaimMore, type Versions } from './notification.ts';
+import { claimEvents, claimNextBatch, eventsChannel, settleClaim, type Claim } from './log.ts';
+import { deliverClaim, FailingSubscribers, loadVersions, versionsOf, type Batch, type ClaimMore, type Versions } from './notification.ts';
 
 /** Subscriptions claimed in one statement at most. */
 const maxSubscriptionsPerClaim = 32;
@@ -41,6 +41,9 @@ export type EventSender = {
  * wait), when its last delivery ends, and every second; every second too, the
  * heartbeats due (src/dispatch/events/heartbeats.ts). Its id must be registered in
  * webhook.worker_pools before it starts (src/dispatch/worker.ts does).
+ *
+ * Its batches hold at most DELIVERY_MAX_CLAIMED_BYTES of resource versions
+ * in all (ClaimedBytes), which every claim is bounded by.
  */
 export function startEventSender(context: DispatchContext, { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string }): EventSender {
   const { logger } = context;
@@ -48,6 +51,9 @@ export function startEventSender(context: DispatchContext, { connectionString, c
   const refillAt = Math.min(maxSubscriptionsPerClaim, Math.max(1, Math.floor(concurrency * refillShare)));
   const targets = new TargetCache();
   const failing = new FailingSubscribers();
+  const held = new ClaimedBytes(context.delivery.maxClaimedBytes);
+  // Whether the loop waits for its batches to give bytes back: a delivery that ends then wakes it.
+  let waitingForBytes = false;
   const shutdown = new AbortController();
   let stopping = false;
   // Whether there may be events to claim; wake() resumes the loop when it sleeps.
@@ -92,7 +98,7 @@ export function startEventSender(context: DispatchContext, { connectionString, c
     }
   };
 
-  const deliver = async (claim: Claim, versions: Promise<Versions>): Promise<void> => {
+  const deliver = async (claim: Claim, versions: Promise<Versions>, holding: HeldBatches): Promise<void> => {
     try {
       const target = await targets.get(context, claim);
       // Changed since the claim (switched off, deactivated): its events were abandoned with the change.
@@ -100,7 +106,7 @@ export function startEventSender(context: DispatchContext, { connectionString, c
         await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
         return;
       }
-      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId), failing });
+      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId, holding), failing });
     } catch (error) {
       // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
       logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');
@@ -108,45 +114,68 @@ export function startEventSender(context: DispatchContext, { connectionString, c
     }
   };
 
-  // The subscription's next batch, the claim kept; none once the sender is stopping.
+  // The subscription's next batch, the claim kept, within its share of the bytes left; none once the
+  // sender is stopping, or when nothing is left (its events then go in a claim after its release).
   const claimMore =
-    (subscriptionId: string): ClaimMore =>
+    (subscriptionId: string, holding: HeldBatches): ClaimMore =>
     async (afterEventId) => {
-      const events = stopping ? [] : await claimMoreEvents(context.db, id, subscriptionId, afterEventId);
-      return { events, versions: await loadVersions(context.db, events) };
+      // Asked while the batch ending with afterEventId is sent: the batches before it are done with.
+      holding.keepLast();
+      const maxBytes = held.shareFor(working.size);
+      if (stopping || maxBytes <= 0) return noBatch;
+      const giveBack = held.reserve(maxBytes);
+      let next: Claim | undefined;
+      try {
+        next = await claimNextBatch(context.db, id, subscriptionId, afterEventId, maxBytes);
+      } finally {
+        giveBack();
+      }
+      if (next === undefined) return noBatch;
+      holding.add(next.bytes);
+      return { events: next.events, versions: await loadVersions(context.db, next.events), moreDue: next.moreDue };
     };
 
   const loop = (async () => {
     while (!stopping) {
       const free = Math.min(concurrency - working.size, maxSubscriptionsPerClaim);
-      if (!wanted || free <= 0) {
+      waitingForBytes = held.left <= 0;
+      if (!wanted || free <= 0 || waitingForBytes) {
         await new Promise<void>((resolve) => (wake = resolve));
         continue;
       }
       wanted = false;
+      // Half of the bytes left: the subscriptions it claims take their next batches out of the rest while they send.
+      const maxBytes = Math.ceil(held.left / 2);
+      const giveBack = held.reserve(maxBytes);
       let claims: Claim[];
       try {
-        claims = await claimEvents(context.db, id, free);
+        claims = await claimEvents(context.db, id, free, maxBytes);
       } catch (error) {
         logger.warn({ err: error }, 'could not claim subscription events; trying again in 1 s');
         await sleep(pollIntervalMs);
         continue;
+      } finally {
+        giveBack();
       }
       // A full claim may have left more behind.
       if (claims.length === free) wanted = true;
       if (claims.length === 0) continue;
       // One read of the resource versions for all of them: a write matching many subscriptions is read once.
-      const versions = loadVersions(
+      const loaded = loadVersions(
         context.db,
         claims.flatMap((claim) => claim.events),
       );
-      versions.catch(() => undefined);
+      loaded.catch(() => undefined);
       for (const claim of claims) {
+        const versions = loaded.then((all) => versionsOf(claim.events, all));
+        versions.catch(() => undefined);
+        const holding = held.hold(claim.bytes);
         working.set(
           claim.subscriptionId,
-          deliver(claim, versions).finally(() => {
+          deliver(claim, versions, holding).finally(() => {
             working.delete(claim.subscriptionId);
-            if (working.size === 0 || concurrency - working.size >= refillAt) nudge();
+            holding.release();
+            if (working.size === 0 || concurrency - working.size >= refillAt || (waitingForBytes && held.left > 0)) nudge();
           }),
         );
       }
@@ -171,6 +200,83 @@ export function startEventSender(context: DispatchContext, { connectionString, c
     },
   };
 }
+
+/** What a claimMore gives when there is nothing more to send: the claim ends with the batch in flight. */
+const noBatch: Batch = { events: [], versions: new Map(), moreDue: false };
+
+/**
+ * The bytes of resource versions the sender's batches hold, as their claims
+ * counted them (each version uncompressed, about its JSON text's size),
+ * against DELIVERY_MAX_CLAIMED_BYTES. A subscription being sent holds the
+ * batch in flight and, from the time it is claimed, the next one
+ * (claimMore): each counted from its claim until the subscription asks for
+ * the batch after it (that one is then done with) or its delivery ends.
+ *
+ * A claim made while others are under way counts what it may take
+ * (reserve), so that together they stay within the bound. A new claim takes
+ * at most half of what is left and a next batch its share (shareFor), and
+ * none is made when nothing is left; a new claim always takes one event,
+ * whatever its size, so the batches can hold one version more than the
+ * bound: one larger than what was left, or alone larger than the bound.
+ */
+class ClaimedBytes {
+  private held = 0;
+  private readonly max: number;
+  constructor(max: number) {
+    this.max = max;
+  }
+
+  /** What is left of the bound: 0 or less when it is all held. */
+  get left(): number {
+    return this.max - this.held;
+  }
+
+  /**
+   * What a subscription's next batch may take: what is left, but no more than
+   * a quarter of it, or an even share of the bound between the subscriptions
+   * being sent to when that is more, so that those asking at the same time
+   * are not left without.
+   */
+  shareFor(subscriptionsSending: number): number {
+    return Math.min(this.left, Math.max(Math.ceil(this.left / 4), Math.ceil(this.max / Math.max(subscriptionsSending, 1))));
+  }
+
+  /** Counts `bytes` while a claim that may take them is made; the function returned gives them back. */
+  reserve(bytes: number): () => void {
+    this.held += bytes;
+    return () => {
+      this.held -= bytes;
+    };
+  }
+
+  /** The batches of one subscription's delivery, from its claim's `bytes`. */
+  hold(bytes: number): HeldBatches {
+    const batches = [bytes];
+    this.held += bytes;
+    return {
+      add: (next) => {
+        batches.push(next);
+        this.held += next;
+      },
+      keepLast: () => {
+        while (batches.length > 1) this.held -= batches.shift()!;
+      },
+      release: () => {
+        while (batches.length > 0) this.held -= batches.shift()!;
+      },
+    };
+  }
+}
+
+/** What one subscription's delivery holds: its batches' bytes, oldest first. */
+type HeldBatches = {
+  /** A next batch claimed. */
+  add(bytes: number): void;
+  /** The batches before the last are done with. */
+  keepLast(): void;
+  /** The delivery ended: every batch is done with. */
+  release(): void;
+};
 
 /** A sender's id: its host and process, for whoever reads webhook.worker_pools, and a random part. */
 export function newSenderId(): string {
