@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
-import { claimEvents, claimMoreEvents, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
+import { claimEvents, claimNextBatch, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
 import { jobPayloads, taskFor, type JobName } from '../src/dispatch/tasks/jobs.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
@@ -247,9 +247,10 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     );
     const [claim] = await claimEvents(database.db, 'sender-a', 10);
     const last = claim!.events.at(-1)!.eventId;
+    const nextEvents = async (sender: string, subscriptionId: string, after: string) => (await claimNextBatch(database.db, sender, subscriptionId, after))?.events ?? [];
     // Only the sender holding it, and only the events after its batch (still pending while it sends them).
-    expect(await claimMoreEvents(database.db, 'sender-b', booked, last)).toEqual([]);
-    const more = await claimMoreEvents(database.db, 'sender-a', booked, last);
+    expect(await claimNextBatch(database.db, 'sender-b', booked, last)).toBeUndefined();
+    const more = await nextEvents('sender-a', booked, last);
     expect(more.map((event) => event.eventNumber)).toEqual([101, 102, 103, 104, 105]);
     const firstBatch = new Set(claim!.events.map((event) => event.resourceId));
     expect(more.filter((event) => firstBatch.has(event.resourceId))).toEqual([]);
@@ -263,14 +264,14 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     );
     const { rows } = await database.pool.query(`SELECT claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
     expect(rows).toEqual([{ claimed_by: 'sender-a' }]);
-    expect(await claimMoreEvents(database.db, 'sender-a', booked, more.at(-1)!.eventId)).toEqual([]);
+    expect(await nextEvents('sender-a', booked, more.at(-1)!.eventId)).toEqual([]);
     await write('later');
-    const later = await claimMoreEvents(database.db, 'sender-a', booked, more.at(-1)!.eventId);
+    const later = await nextEvents('sender-a', booked, more.at(-1)!.eventId);
     expect(later.map((event) => [event.resourceId, event.eventNumber])).toEqual([['later', 106]]);
     // Deactivated: nothing more.
     await write('after-off');
     await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [booked]);
-    expect(await claimMoreEvents(database.db, 'sender-a', booked, later[0]!.eventId)).toEqual([]);
+    expect(await nextEvents('sender-a', booked, later[0]!.eventId)).toEqual([]);
   });
 
   it('set aside, unnumbered, a version older than another in the claim or than one already sent', async () => {

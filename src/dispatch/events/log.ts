@@ -69,11 +69,6 @@ export async function claimNextBatch(db: Db, senderId: string, subscriptionId: s
   return claimsOf(rows)[0];
 }
 
-/** The events alone of claimNextBatch: none when it has none. */
-export async function claimMoreEvents(db: Db, senderId: string, subscriptionId: string, afterEventId: string, maxBytes = unboundedBytes): Promise<ClaimedEvent[]> {
-  return (await claimNextBatch(db, senderId, subscriptionId, afterEventId, maxBytes))?.events ?? [];
-}
-
 /** A row of what the claim functions return (webhook.prepare_claimed_events's, with what the claim counted). */
 type ClaimedRow = {
   subscription_id: string;
