@@ -80,6 +80,34 @@ describe('the claim functions, bounded by bytes', () => {
       { resetFailureCount: true, keepClaim },
     );
 
+  it('release at once a subscription every event of whose claim was set aside (a retry of a version older than one already sent)', async () => {
+    const id = await subscribe('Patient?family=overtaken');
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Patient", "id": "overtaken", "name": [{"family": "overtaken"}]}')`);
+    await database.pool.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{active}', 'true') WHERE id = 'overtaken'`);
+    // Version 2 was sent while version 1 waited for its retry, now due.
+    await database.pool.query(
+      `UPDATE webhook.subscription_events SET status = 'delivered', settled_at = now(), attempts = 1, event_number = 1 WHERE subscription_id = $1 AND version_id = 2`,
+      [id],
+    );
+    await database.pool.query(
+      `INSERT INTO webhook.delivery_attempts (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome)
+       VALUES ($1, 'notification', 'Patient', 'overtaken', 2, 1, 1, now(), 1, 200, 'delivered')`,
+      [id],
+    );
+    await database.pool.query(`UPDATE webhook.subscription_streams SET last_event_number = 1 WHERE subscription_id = $1`, [id]);
+    await database.pool.query(`UPDATE webhook.subscription_events SET attempts = 1, not_before = now() - interval '1 second' WHERE subscription_id = $1 AND version_id = 1`, [id]);
+
+    expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
+    const { rows } = await database.pool.query(
+      `SELECT stream.claimed_by, event.status FROM webhook.subscription_streams stream
+       JOIN webhook.subscription_events event ON event.subscription_id = stream.subscription_id AND event.version_id = 1
+       WHERE stream.subscription_id = $1`,
+      [id],
+    );
+    // Not left claimed by a sender that never heard of it, until the sweep of stranded claims 10 s later.
+    expect(rows).toEqual([{ claimed_by: null, status: 'superseded' }]);
+  });
+
   it('take events in log order while their versions fit, counted uncompressed; the rest come in the next batches, in order, once each', async () => {
     const maxBytes = 600_000;
     const count = 20;

@@ -173,5 +173,15 @@ BEGIN
     FROM webhook.prepare_claimed_events(batch) prepared
     JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
     ORDER BY prepared.subscription_id, prepared.event_id;
+
+  -- A subscription every claimed event of which was set aside (a retry of a
+  -- version older than one already sent) is not in the answer: released
+  -- now, not held by a sender that never heard of it until the sweep of
+  -- stranded claims frees it 10 s later.
+  UPDATE webhook.subscription_streams stream
+  SET claimed_by = NULL, claimed_at = NULL
+  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
+    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
+                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
 END
 $$;
