@@ -531,25 +531,9 @@ BEGIN
   END IF;
   events_before := CASE WHEN in_order THEN webhook.first_event_waiting_for_retry(subscription) ELSE 9223372036854775807 END;
 
-  -- Its due events in log order, each with the size of its version (none
-  -- for a version that is gone), one past max_events to know whether any is
-  -- left out.
-  FOR due IN
-    SELECT e.id, coalesce(stored.size, 0) AS size
-    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
-          WHERE e.subscription_id = subscription AND e.status = 'pending' AND e.id > after_event
-            AND e.id < events_before
-            AND (e.not_before IS NULL OR e.not_before <= now())
-          ORDER BY e.id
-          LIMIT max_events + 1) e
-    LEFT JOIN LATERAL (
-      SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
-                  ELSE pg_column_size(h.content || '{}') END AS size
-      FROM fhir.resource_history h
-      WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
-    ) stored ON true
-    ORDER BY e.id
-  LOOP
+  -- Its due events in log order, each with the size of its version, one
+  -- past max_events to know whether any is left out.
+  FOR due IN SELECT * FROM webhook.due_events_with_sizes(subscription, after_event, events_before, max_events + 1) LOOP
     IF coalesce(cardinality(batch), 0) = max_events OR due.size > bytes_left THEN
       more := true;
       EXIT;
@@ -637,27 +621,11 @@ BEGIN
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
 
-    -- Its due events in log order, each with the size of its version (none
-    -- for a version that is gone), one past max_events to know whether any
-    -- is left out.
+    -- Its due events in log order, each with the size of its version, one
+    -- past max_events to know whether any is left out.
     taken := 0;
     more := false;
-    FOR due IN
-      SELECT e.id, coalesce(stored.size, 0) AS size
-      FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
-            WHERE e.subscription_id = free AND e.status = 'pending'
-              AND e.id < events_before
-              AND (e.not_before IS NULL OR e.not_before <= now())
-            ORDER BY e.id
-            LIMIT max_events + 1) e
-      LEFT JOIN LATERAL (
-        SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
-                    ELSE pg_column_size(h.content || '{}') END AS size
-        FROM fhir.resource_history h
-        WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
-      ) stored ON true
-      ORDER BY e.id
-    LOOP
+    FOR due IN SELECT * FROM webhook.due_events_with_sizes(free, 0, events_before, max_events + 1) LOOP
       IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
         more := true;
         EXIT;
@@ -725,6 +693,27 @@ CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN sha256(convert_to(criteria, 'UTF8'::name));
+
+CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
+ RETURNS TABLE(id bigint, size integer)
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT e.id, coalesce(stored.size, 0)
+    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
+          WHERE e.subscription_id = subscription AND e.status = 'pending'
+            AND e.id > after_event AND e.id < events_before
+            AND (e.not_before IS NULL OR e.not_before <= now())
+          ORDER BY e.id
+          LIMIT max_events) e
+    LEFT JOIN LATERAL (
+      SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
+                  ELSE pg_column_size(h.content || '{}') END AS size
+      FROM fhir.resource_history h
+      WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
+    ) stored ON true
+    ORDER BY e.id
+  $function$;
 
 CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
  RETURNS json

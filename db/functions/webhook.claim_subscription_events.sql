@@ -25,14 +25,8 @@
 -- Bounded by bytes too (DELIVERY_MAX_CLAIMED_BYTES, src/dispatch/events/sender.ts):
 -- the worker loads every claimed event's resource version and keeps it while
 -- it sends, so a claim of a hundred 10 MB resources would hold a gigabyte.
--- Each version is counted at its size uncompressed, as PostgreSQL stores it,
--- about the size of its JSON text (what the worker receives and parses).
--- pg_column_size() alone gives the stored size, which for a compressed value
--- (most resources over 2 kB; a narrative is often 4 to 6 times smaller) is
--- not what the worker holds. Only a compressed version is decompressed to be
--- counted (jsonb || '{}' gives back its left operand, decompressed, without
--- rebuilding it: a third of the cost of its text); an uncompressed one, small
--- or stored out of line, is counted from its header, without reading it.
+-- Each version is counted at its size uncompressed, about the size of its
+-- JSON text, what the worker holds (webhook.due_events_with_sizes).
 --
 -- Each subscription's events are taken in log order while they fit, read
 -- and counted one at a time, no further than the first that does not: the
@@ -119,27 +113,11 @@ BEGIN
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
 
-    -- Its due events in log order, each with the size of its version (none
-    -- for a version that is gone), one past max_events to know whether any
-    -- is left out.
+    -- Its due events in log order, each with the size of its version, one
+    -- past max_events to know whether any is left out.
     taken := 0;
     more := false;
-    FOR due IN
-      SELECT e.id, coalesce(stored.size, 0) AS size
-      FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
-            WHERE e.subscription_id = free AND e.status = 'pending'
-              AND e.id < events_before
-              AND (e.not_before IS NULL OR e.not_before <= now())
-            ORDER BY e.id
-            LIMIT max_events + 1) e
-      LEFT JOIN LATERAL (
-        SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
-                    ELSE pg_column_size(h.content || '{}') END AS size
-        FROM fhir.resource_history h
-        WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
-      ) stored ON true
-      ORDER BY e.id
-    LOOP
+    FOR due IN SELECT * FROM webhook.due_events_with_sizes(free, 0, events_before, max_events + 1) LOOP
       IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
         more := true;
         EXIT;

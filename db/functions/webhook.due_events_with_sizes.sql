@@ -1,0 +1,29 @@
+-- A subscription's due events after after_event and before events_before,
+-- in log order, at most max_events, each with the size of its resource
+-- version as the claims count it (webhook.claim_subscription_events,
+-- webhook.claim_more_subscription_events; 0 for a version that is gone):
+-- uncompressed, about the size of its JSON text, what the worker receives
+-- and parses. pg_column_size() alone gives the stored size, which for a
+-- compressed value is often 4 to 6 times smaller; only a compressed version
+-- is decompressed to be counted (jsonb || '{}' gives back its left operand,
+-- decompressed, without rebuilding it), an uncompressed one is counted from
+-- its header, without reading it. Each version is found by primary key.
+CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
+  RETURNS TABLE (id bigint, size integer)
+  LANGUAGE sql STABLE
+  AS $$
+    SELECT e.id, coalesce(stored.size, 0)
+    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
+          WHERE e.subscription_id = subscription AND e.status = 'pending'
+            AND e.id > after_event AND e.id < events_before
+            AND (e.not_before IS NULL OR e.not_before <= now())
+          ORDER BY e.id
+          LIMIT max_events) e
+    LEFT JOIN LATERAL (
+      SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
+                  ELSE pg_column_size(h.content || '{}') END AS size
+      FROM fhir.resource_history h
+      WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
+    ) stored ON true
+    ORDER BY e.id
+  $$;
