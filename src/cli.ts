@@ -20,8 +20,6 @@ import { databaseServer, migrate, openDatabase } from './db/open.ts';
 import type { Roles } from './service.ts';
 import type { ResendSelection } from './subscriptions/resend.ts';
 
-/** The command was right but could not be done: say why, exit 1. */
-/** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
 /**
  * Each command's own modules, loaded when it runs: a one-shot command (a
  * load above all) starts without the code of the others, nor the API's and
@@ -30,8 +28,12 @@ import type { ResendSelection } from './subscriptions/resend.ts';
 const loading = () => import('./loading/ndjson.ts');
 const overview = () => import('./operations/delivery-overview.ts');
 const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
-const resending = () => import('./subscriptions/resend.ts');
+/** The widest a criteria or endpoint is shown in `subscriptions list`. */
+const listColumnWidth = 60;
 
+const resending = () => Promise.all([import('./subscriptions/resend.ts'), import('./subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
+
+/** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
 class CommandError extends Error {
   readonly exitCode: 1 | 2;
   constructor(message: string, exitCode: 1 | 2 = 1) {
@@ -133,7 +135,7 @@ function commandLine(): Command {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description('list the subscriptions: id, status, failed calls since the last success, the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error')
+    .description(`list the subscriptions: id, status, failed calls since the last success, the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; criteria and endpoints over ${listColumnWidth} characters are shortened (subscriptions show has them whole)`)
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
@@ -143,8 +145,9 @@ function commandLine(): Command {
           row.status,
           String(row.failedCallsSinceSuccess),
           row.lastSuccessAt?.toISOString() ?? 'never',
-          subscribedTo(row),
-          row.endpoint,
+          // The longest of them would set every line's width: shortened here, whole in `subscriptions show`.
+          shortened(subscribedTo(row), listColumnWidth),
+          shortened(row.endpoint, listColumnWidth),
           row.error ?? '',
         ]);
         console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
@@ -177,7 +180,8 @@ function commandLine(): Command {
           ].join('\n'),
         );
         const calls = await recentAttempts(db, subscription.id);
-        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'KIND', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR', 'ANSWER'], calls.map(attemptCells))}`);
+        // CALL and EVENT are what `deliveries resend --attempt` and `--event` take.
+        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'CALL', 'KIND', 'EVENT', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR', 'ANSWER'], calls.map(attemptCells))}`);
         const queued = await queuedWork(db, subscription.id);
         const queuedRows = queued.map((work) => [work.task, String(work.items), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
         console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['WORK', 'ITEMS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
@@ -244,8 +248,8 @@ function commandLine(): Command {
     .command('resend')
     .description('send recorded events of an active subscription again (same event number, version and webhook-id): one event, or every event failed for good since an instant')
     .argument('<subscription-id>', "the subscription's id")
-    .addOption(new Option('--event <number>', 'the event with this number (subscriptions show lists them)').conflicts(['attempt', 'failedSince']))
-    .addOption(new Option('--attempt <id>', 'the event of this recorded call (webhook.delivery_attempts.id)').conflicts(['failedSince']))
+    .addOption(new Option('--event <number>', "the event with this number (the EVENT column of subscriptions show, or deliveries tail's 'event N')").conflicts(['attempt', 'failedSince']))
+    .addOption(new Option('--attempt <id>', "the event of this recorded call (the CALL column of subscriptions show, or deliveries tail's 'call N'; webhook.delivery_attempts.id)").conflicts(['failedSince']))
     .option('--failed-since <instant>', 'every event that failed for good since this instant (ISO 8601, e.g. 2026-11-25T09:00:00Z)')
     .action((id: string, options: { event?: string; attempt?: string; failedSince?: string }) => withDatabase((database) => resend(database.db, id, options)));
 
@@ -275,12 +279,12 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   } else {
     throw new CommandError('Say which events: --event <number>, --attempt <id> or --failed-since <instant>.', 2);
   }
+  const { resendEvents, refusalReason } = await resending();
   let outcome;
   try {
-    const { resendEvents } = await resending();
     outcome = await resendEvents(db, subscriptionId, selection);
   } catch (error) {
-    if (error instanceof FhirError) throw new CommandError(`Not resent: ${error.message}.`);
+    if (error instanceof FhirError) throw new CommandError(`Not resent: ${refusalReason(error)}.`);
     throw error;
   }
   const line = (event: { eventNumber: number | null; resource: string }) => `${event.eventNumber === null ? '' : `event ${event.eventNumber} `}${event.resource}`;
@@ -297,7 +301,7 @@ async function unreadable(file: string): Promise<string | undefined> {
     return undefined;
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return `no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder)`;
+    if (code === 'ENOENT') return path.isAbsolute(file) ? 'no such file' : `no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder)`;
     if (code === 'EACCES') return 'not readable by this user';
     return describeError(error);
   }
@@ -335,7 +339,7 @@ function parsePositiveInteger(value: string): number {
 async function load(db: Db, files: string[], options: { chunkSize: number; dryRun: boolean }): Promise<void> {
   for (const file of files) {
     const problem = await unreadable(file);
-    if (problem !== undefined) throw new CommandError(`Cannot read ${file}: ${problem}.`);
+    if (problem !== undefined) throw new CommandError(`Cannot read ${file}: ${problem}.`, 2);
   }
   const bar = process.stderr.isTTY
     ? new SingleBar({ format: '{bar} {percentage}% | {lines} lines, {loaded} loaded, {refused} refused | {rate}/s | ETA {eta_formatted}', hideCursor: true }, Presets.shades_classic)
@@ -372,7 +376,9 @@ function parseStatuses(value: string): SubscriptionStatus[] {
 function attemptCells(call: Attempt): string[] {
   return [
     call.startedAt.toISOString(),
+    call.id,
     call.kind,
+    call.eventNumber === null ? '-' : String(call.eventNumber),
     call.resource ?? '-',
     String(call.attempt),
     call.outcome,
@@ -390,8 +396,12 @@ function plural(count: number, noun: string): string {
 
 /** The subscriber's answer on one line of a table: its line breaks as spaces, at most 120 characters. */
 function oneLine(text: string): string {
-  const flat = text.replace(/\s+/g, ' ').trim();
-  return flat.length > 120 ? `${flat.slice(0, 119)}…` : flat;
+  return shortened(text.replace(/\s+/g, ' ').trim(), 120);
+}
+
+/** At most `max` characters, the last an ellipsis when it was longer. */
+function shortened(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
 /**
@@ -418,8 +428,11 @@ async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promi
       for (const call of await recent()) {
         if (seen.has(call.id)) continue;
         seen.set(call.id, call.startedAt);
-        const [started, kind, resource, attempt, outcome, status, ms, error, answer] = attemptCells(call);
-        console.log(`${started}  ${call.subscriptionId}  ${kind} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}${call.outcome === 'delivered' || answer === '' ? '' : `  answered: ${answer}`}`);
+        const [started, callId, kind, eventNumber, resource, attempt, outcome, status, ms, error, answer] = attemptCells(call);
+        const event = eventNumber === '-' ? '' : ` event ${eventNumber}`;
+        console.log(
+          `${started}  ${call.subscriptionId}  call ${callId}  ${kind}${event} ${resource} #${attempt}  ${outcome} ${status} ${ms} ms${error === '' ? '' : `  ${error}`}${call.outcome === 'delivered' || answer === '' ? '' : `  answered: ${answer}`}`,
+        );
       }
       for (const [id, startedAt] of seen) if (startedAt.getTime() < Date.now() - 2 * tailOverlapMs) seen.delete(id);
       await Promise.race([stop, sleep(500)]);

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.ts';
 import { childEnvironment, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
-import { startHealthyAndFailing, type HealthyAndFailing } from './support/subscriptions.ts';
+import { startReceiver } from './support/receiver.ts';
+import { startHealthyAndFailing, subscribe, type HealthyAndFailing } from './support/subscriptions.ts';
 
 /**
  * The operator's commands (`subscriptions list`, `subscriptions show`,
@@ -58,7 +59,10 @@ describe('subscriptions show', () => {
     expect(run.output).toContain('  criteria  Patient?family=Failing\n');
     expect(run.output).toMatch(/\n {2}failed {4}1 call since the last success \(\S+Z\); 0 events refused for good in a row\n/);
     // The subscriber's own answer says why.
-    expect(run.output).toMatch(/Last calls \(newest first\):\nSTARTED\s+KIND\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\s+ANSWER\n\S+\s+notification\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\s+refused with 503\n\S+\s+handshake\s+-\s+1\s+delivered\s+200\s+\d+[^\n]*\n/);
+    // Each call with its id and, for a notification, its event number: what `deliveries resend --attempt` and `--event` take.
+    expect(run.output).toMatch(
+      /Last calls \(newest first\):\nSTARTED\s+CALL\s+KIND\s+EVENT\s+RESOURCE\s+ATTEMPT\s+OUTCOME\s+HTTP\s+MS\s+ERROR\s+ANSWER\n\S+\s+\d+\s+notification\s+1\s+Patient\/\S+\/_history\/1\s+1\s+failed\s+503\s+\d+\s+HTTP 503\s+refused with 503\n\S+\s+\d+\s+handshake\s+-\s+-\s+1\s+delivered\s+200\s+\d+[^\n]*\n/,
+    );
     expect(run.output).toMatch(/\nQueued:\n {2}nothing\n$/);
   });
 
@@ -74,11 +78,34 @@ describe('deliveries tail', () => {
     const tail = startCommand(process.execPath, ['src/cli.ts', 'deliveries', 'tail'], environment());
     await tail.waitFor(/Following the calls to every subscriber; Ctrl-C stops\./);
     const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Healthy' }] })).json<{ id: string }>();
-    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${scene.healthy}  notification Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
+    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${scene.healthy}  call \\d+  notification event \\d+ Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
     expect(line).toBeDefined();
     // Only calls from its start: the older ones are not repeated.
     expect(tail.output()).not.toContain('handshake');
     tail.interrupt('SIGINT');
     expect(await tail.exited).toBe(0);
+  });
+});
+
+describe('subscriptions list, with a long criteria', () => {
+  it('shortens criteria and endpoints to 60 characters, so that one long value does not widen every line', async () => {
+    const family = `Long${'x'.repeat(200)}`;
+    const receiver = await startReceiver();
+    try {
+      const { id } = await subscribe(t, `Patient?family=${family}`, `${receiver.url}?${'q'.repeat(100)}=1`);
+      const run = await cli('subscriptions', 'list');
+      expect(run.exitCode).toBe(0);
+      const lines = run.output.trimEnd().split('\n');
+      const row = lines.find((line) => line.startsWith(id))!;
+      expect(row).toContain(`Patient?family=Long${'x'.repeat(60 - 'Patient?family=Long'.length - 1)}…`);
+      expect(row).not.toContain('x'.repeat(60));
+      // The other rows are as wide as their own values, not padded to the long one.
+      const healthyRow = lines.find((line) => line.startsWith(scene.healthy))!;
+      expect(healthyRow.length).toBeLessThan(200);
+      const shown = await cli('subscriptions', 'show', id);
+      expect(shown.output).toContain(`  criteria  Patient?family=${family}\n`);
+    } finally {
+      await receiver.close();
+    }
   });
 });

@@ -145,4 +145,50 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     expect(errors.filter((error) => !error.includes('status of 400'))).toEqual([]);
     await page.close();
   });
+
+  it('opens a subscription from the keyboard and keeps the focus across refreshes; shows each call\'s id and event number, says when nothing is queued, and keeps times on one line', { timeout: 60_000 }, async () => {
+    const { page, errors } = await openConsole();
+    await page.setViewportSize({ width: 900, height: 900 });
+    await page.fill('#key', apiKey);
+    await page.click('button[type=submit]');
+    const rows = page.locator('#subscriptions tbody tr');
+    await expect.poll(() => rows.count()).toBeGreaterThanOrEqual(2);
+
+    // Tab from the page's start reaches the rows; Enter on the failing one opens it.
+    // In the page's own terms (a string: this project's TypeScript has no DOM types).
+    const focusedKey = () => page.evaluate<string | undefined>('document.activeElement?.dataset.key');
+    for (let presses = 0; presses < 20 && (await focusedKey()) !== scene.failing; presses++) await page.keyboard.press('Tab');
+    expect(await focusedKey()).toBe(scene.failing);
+    await page.keyboard.press('Enter');
+    await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Failing');
+    // Two refreshes later the focus is still on that row (rebuilt), so Tab goes on from there.
+    await page.waitForTimeout(2500);
+    expect(await focusedKey()).toBe(scene.failing);
+
+    // The failed notification's call id and event number, as the database has them.
+    const { rows: recorded } = await t.database.pool.query<{ id: string; event_number: string }>(
+      "SELECT id::text, event_number::text FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification'",
+      [scene.failing],
+    );
+    expect(recorded).toHaveLength(1);
+    const call = page.locator('#attempts tbody tr', { hasText: 'notification' });
+    await expect.poll(() => call.count()).toBe(1);
+    expect(await call.locator('td').nth(1).textContent()).toBe(recorded[0]!.id);
+    expect(await call.locator('td').nth(3).textContent()).toBe(recorded[0]!.event_number);
+
+    // Nothing is queued for it: the page says so instead of showing an empty table.
+    expect(await page.locator('#queued tbody tr').count()).toBe(0);
+    expect(await page.isVisible('#queued-empty')).toBe(true);
+    expect(await page.textContent('#queued-empty')).toContain('Nothing queued');
+
+    // An instant is one line of text, however narrow the page.
+    const timeLines = await page.evaluate<number>(`(() => {
+      const range = document.createRange();
+      range.selectNodeContents(document.querySelector('#attempts tbody tr td.time'));
+      return new Set([...range.getClientRects()].map((rect) => Math.round(rect.top))).size;
+    })()`);
+    expect(timeLines).toBe(1);
+    expect(errors).toEqual([]);
+    await page.close();
+  });
 });

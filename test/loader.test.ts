@@ -85,11 +85,15 @@ const load = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 
 const storedCount = async () => (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources')).rows[0]!.n;
 
 describe('npm run cli -- load', () => {
-  it('says why a file cannot be read: missing (and from which folder a relative path is read), or a directory', async () => {
+  it('says why a file cannot be read (missing, and from which folder a relative path is read; a directory) and exits 2, as for wrong input', async () => {
     const missing = await load('missing.ndjson');
-    expect(missing.exitCode).toBe(1);
+    expect(missing.exitCode).toBe(2);
     expect(missing.output).toContain(`Cannot read missing.ndjson: no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder).`);
+    const absolute = await load('/nonexistent/missing.ndjson');
+    expect(absolute.exitCode).toBe(2);
+    expect(absolute.output.trim()).toBe('Cannot read /nonexistent/missing.ndjson: no such file.');
     const folder = await load('docs');
+    expect(folder.exitCode).toBe(2);
     expect(folder.output).toContain('Cannot read docs: it is a directory (give the files in it).');
   });
 

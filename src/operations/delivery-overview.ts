@@ -81,6 +81,8 @@ export type Attempt = {
   subscriptionId: string;
   startedAt: Date;
   kind: DeliveryKind;
+  /** For a notification, the subscription's number of the event it sent (what `deliveries resend --event` takes); else null. */
+  eventNumber: number | null;
   /** `Type/id/_history/version`, or null for a first handshake. */
   resource: string | null;
   attempt: number;
@@ -100,6 +102,8 @@ function attempts(db: Db) {
       'subscription_id as subscriptionId',
       'started_at as startedAt',
       'kind',
+      // bigint: pg reads it as a string.
+      sql<string | null>`event_number`.as('event_number'),
       sql<string | null>`resource_type || '/' || resource_id || '/_history/' || version_id`.as('resource'),
       'attempt',
       'outcome',
@@ -110,9 +114,15 @@ function attempts(db: Db) {
     ]);
 }
 
+/** A bigint event number as a number: a subscription's events are far fewer than 2^53. */
+function attemptOf({ event_number, ...call }: Omit<Attempt, 'eventNumber'> & { event_number: string | null }): Attempt {
+  return { ...call, eventNumber: event_number === null ? null : Number(event_number) };
+}
+
 /** A subscription's latest calls, newest first. */
 export async function recentAttempts(db: Db, subscriptionId: string, limit = 20): Promise<Attempt[]> {
-  return attempts(db).where('subscription_id', '=', subscriptionId).orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+  const rows = await attempts(db).where('subscription_id', '=', subscriptionId).orderBy('started_at', 'desc').orderBy('id', 'desc').limit(limit).execute();
+  return rows.map(attemptOf);
 }
 
 /**
@@ -124,7 +134,7 @@ export async function recentAttempts(db: Db, subscriptionId: string, limit = 20)
 export async function attemptsSince(db: Db, since: Date, subscriptionId?: string): Promise<Attempt[]> {
   let query = attempts(db).where('started_at', '>=', since).orderBy('started_at').orderBy('id').limit(10_000);
   if (subscriptionId !== undefined) query = query.where('subscription_id', '=', subscriptionId);
-  return query.execute();
+  return (await query.execute()).map(attemptOf);
 }
 
 /**

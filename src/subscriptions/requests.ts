@@ -89,6 +89,11 @@ export function refusal(message: string): FhirError {
   return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
 }
 
+/** A refusal's own words, without the spec's wrapping (which is for HTTP clients): what a terminal shows. */
+export function refusalReason(error: FhirError): string {
+  return /^ValidationError: \['(.*)'\]$/s.exec(error.message)?.[1] ?? error.message;
+}
+
 /** Any 400 outcome in the refusal format (a refusal stays as it is). */
 export function asRefusal(outcome: OperationOutcome): OperationOutcome {
   const text = outcome.issue[0]?.details?.text ?? 'Bad request';

@@ -43,17 +43,52 @@ function utc(instant) {
   return new Date(instant).toISOString();
 }
 
+/** A cell of an instant, kept on one line. */
+function timeCell(instant) {
+  return cell(instant === null ? '—' : utc(instant), 'time');
+}
+
+/**
+ * The table's rows replaced by these, and its empty note shown when there are none. Each refresh
+ * replaces the rows: the focus, on a row or a button of one, moves to the same row's new element
+ * (rows are matched by data-key), so that a keyboard user does not lose their place every second.
+ */
 function fill(table, rows) {
+  const focused = document.activeElement;
+  const focusedRow = table.contains(focused) ? focused.closest('tr') : null;
   table.querySelector('tbody').replaceChildren(...rows);
+  const empty = document.getElementById(`${table.id}-empty`);
+  if (empty) empty.hidden = rows.length > 0;
+  if (focusedRow?.dataset.key === undefined) return;
+  const row = rows.find((candidate) => candidate.dataset.key === focusedRow.dataset.key);
+  const target = focused === focusedRow ? row : row?.querySelector([focused.tagName, ...[...focused.classList].map((name) => `.${name}`)].join(''));
+  target?.focus();
+}
+
+/** A row that opens a subscription's detail on a click, or on Enter or Space when it has the focus. */
+function selectable(row, id) {
+  row.dataset.key = id;
+  row.tabIndex = 0;
+  row.title = 'Show its calls';
+  row.setAttribute('aria-selected', String(id === selected));
+  const open = () => {
+    selected = id;
+    void refreshNow();
+  };
+  row.addEventListener('click', open);
+  row.addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter' && event.key !== ' ') return;
+    event.preventDefault();
+    open();
+  });
+  return row;
 }
 
 function renderSubscriptions(subscriptions) {
-  $('#no-subscriptions').hidden = subscriptions.length > 0;
   fill(
     $('#subscriptions'),
     subscriptions.map((subscription) => {
       const row = document.createElement('tr');
-      row.dataset.id = subscription.id;
       row.classList.toggle('selected', subscription.id === selected);
       row.append(
         cell(subscription.id, 'code'),
@@ -61,15 +96,10 @@ function renderSubscriptions(subscriptions) {
         cell(subscription.subscribedTo, 'code'),
         cell(subscription.endpoint, 'code'),
         cell(String(subscription.failedCallsSinceSuccess)),
-        cell(subscription.lastSuccessAt === null ? 'never' : utc(subscription.lastSuccessAt)),
+        subscription.lastSuccessAt === null ? cell('never') : timeCell(subscription.lastSuccessAt),
         cell(subscription.error),
       );
-      row.title = 'Show its calls';
-      row.addEventListener('click', () => {
-        selected = subscription.id;
-        void refreshNow();
-      });
-      return row;
+      return selectable(row, subscription.id);
     }),
   );
 }
@@ -81,9 +111,12 @@ function renderDetail({ subscription, attempts, queued }) {
     $('#attempts'),
     attempts.map((attempt) => {
       const row = document.createElement('tr');
+      row.dataset.key = attempt.id;
       row.append(
-        cell(utc(attempt.startedAt)),
+        timeCell(attempt.startedAt),
+        cell(attempt.id),
         cell(attempt.kind),
+        cell(attempt.eventNumber === null ? '—' : String(attempt.eventNumber)),
         cell(attempt.resource ?? '—', 'code'),
         cell(String(attempt.attempt)),
         cell(attempt.httpStatus === null ? '—' : String(attempt.httpStatus)),
@@ -100,8 +133,7 @@ function renderDetail({ subscription, attempts, queued }) {
     $('#queued'),
     queued.map((work) => {
       const row = document.createElement('tr');
-      const time = (value) => (value === null ? '—' : utc(value));
-      row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), cell(time(work.waitingSince)), cell(time(work.nextRunAt)));
+      row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), timeCell(work.waitingSince), timeCell(work.nextRunAt));
       return row;
     }),
   );

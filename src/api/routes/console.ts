@@ -43,10 +43,11 @@ const subscriptionSummary = z.object({
   subscribedTo: z.string().describe('Its criteria, or its topic with filters and payload level, in one line'),
 });
 const attempt = z.object({
-  id: z.string(),
+  id: z.string().describe("The call's id (webhook.delivery_attempts.id: what $resend's attempt takes)"),
   subscriptionId: z.string(),
   startedAt: z.string(),
   kind: z.enum(deliveryKinds),
+  eventNumber: z.number().nullable().describe("A notification's event number (what $resend's eventNumber takes); null for other calls"),
   resource: z.string().nullable(),
   attempt: z.number(),
   outcome: z.enum(['delivered', 'retrying', 'failed']),
