@@ -26,7 +26,7 @@ CREATE TABLE fhir.resources (
   CONSTRAINT resources_id_is_a_fhir_id CHECK ((id ~ '^[A-Za-z0-9.-]{1,64}$'::text)),
   CONSTRAINT resources_pkey PRIMARY KEY (resource_type, id)
 );
-COMMENT ON TABLE fhir.resources IS 'Current version of each live FHIR resource. Batch loaders write here: supply content (with resourceType); id, versionId and lastUpdated are assigned by triggers.';
+COMMENT ON TABLE fhir.resources IS 'Current version of each live FHIR resource. Batch loaders write here: supply content (with resourceType, an R4 resource type other than Subscription); id, versionId and lastUpdated are assigned by triggers.';
 
 CREATE TABLE webhook.api_keys (
   id uuid DEFAULT gen_random_uuid() NOT NULL,
@@ -393,6 +393,13 @@ CREATE OR REPLACE FUNCTION fhir.format_instant(instant timestamp with time zone)
  STABLE PARALLEL SAFE STRICT
 RETURN to_char((instant AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'::text);
 
+CREATE OR REPLACE FUNCTION fhir.r4_resource_types()
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN ARRAY['Account'::text, 'ActivityDefinition'::text, 'AdverseEvent'::text, 'AllergyIntolerance'::text, 'Appointment'::text, 'AppointmentResponse'::text, 'AuditEvent'::text, 'Basic'::text, 'Binary'::text, 'BiologicallyDerivedProduct'::text, 'BodyStructure'::text, 'Bundle'::text, 'CapabilityStatement'::text, 'CarePlan'::text, 'CareTeam'::text, 'CatalogEntry'::text, 'ChargeItem'::text, 'ChargeItemDefinition'::text, 'Claim'::text, 'ClaimResponse'::text, 'ClinicalImpression'::text, 'CodeSystem'::text, 'Communication'::text, 'CommunicationRequest'::text, 'CompartmentDefinition'::text, 'Composition'::text, 'ConceptMap'::text, 'Condition'::text, 'Consent'::text, 'Contract'::text, 'Coverage'::text, 'CoverageEligibilityRequest'::text, 'CoverageEligibilityResponse'::text, 'DetectedIssue'::text, 'Device'::text, 'DeviceDefinition'::text, 'DeviceMetric'::text, 'DeviceRequest'::text, 'DeviceUseStatement'::text, 'DiagnosticReport'::text, 'DocumentManifest'::text, 'DocumentReference'::text, 'EffectEvidenceSynthesis'::text, 'Encounter'::text, 'Endpoint'::text, 'EnrollmentRequest'::text, 'EnrollmentResponse'::text, 'EpisodeOfCare'::text, 'EventDefinition'::text, 'Evidence'::text, 'EvidenceVariable'::text, 'ExampleScenario'::text, 'ExplanationOfBenefit'::text, 'FamilyMemberHistory'::text, 'Flag'::text, 'Goal'::text, 'GraphDefinition'::text, 'Group'::text, 'GuidanceResponse'::text, 'HealthcareService'::text, 'ImagingStudy'::text, 'Immunization'::text, 'ImmunizationEvaluation'::text, 'ImmunizationRecommendation'::text, 'ImplementationGuide'::text, 'InsurancePlan'::text, 'Invoice'::text, 'Library'::text, 'Linkage'::text, 'List'::text, 'Location'::text, 'Measure'::text, 'MeasureReport'::text, 'Media'::text, 'Medication'::text, 'MedicationAdministration'::text, 'MedicationDispense'::text, 'MedicationKnowledge'::text, 'MedicationRequest'::text, 'MedicationStatement'::text, 'MedicinalProduct'::text, 'MedicinalProductAuthorization'::text, 'MedicinalProductContraindication'::text, 'MedicinalProductIndication'::text, 'MedicinalProductIngredient'::text, 'MedicinalProductInteraction'::text, 'MedicinalProductManufactured'::text, 'MedicinalProductPackaged'::text, 'MedicinalProductPharmaceutical'::text, 'MedicinalProductUndesirableEffect'::text, 'MessageDefinition'::text, 'MessageHeader'::text, 'MolecularSequence'::text, 'NamingSystem'::text, 'NutritionOrder'::text, 'Observation'::text, 'ObservationDefinition'::text, 'OperationDefinition'::text, 'OperationOutcome'::text, 'Organization'::text, 'OrganizationAffiliation'::text, 'Parameters'::text, 'Patient'::text, 'PaymentNotice'::text, 'PaymentReconciliation'::text, 'Person'::text, 'PlanDefinition'::text, 'Practitioner'::text, 'PractitionerRole'::text, 'Procedure'::text, 'Provenance'::text, 'Questionnaire'::text, 'QuestionnaireResponse'::text, 'RelatedPerson'::text, 'RequestGroup'::text, 'ResearchDefinition'::text, 'ResearchElementDefinition'::text, 'ResearchStudy'::text, 'ResearchSubject'::text, 'RiskAssessment'::text, 'RiskEvidenceSynthesis'::text, 'Schedule'::text, 'SearchParameter'::text, 'ServiceRequest'::text, 'Slot'::text, 'Specimen'::text, 'SpecimenDefinition'::text, 'StructureDefinition'::text, 'StructureMap'::text, 'Subscription'::text, 'Substance'::text, 'SubstanceNucleicAcid'::text, 'SubstancePolymer'::text, 'SubstanceProtein'::text, 'SubstanceReferenceInformation'::text, 'SubstanceSourceMaterial'::text, 'SubstanceSpecification'::text, 'SupplyDelivery'::text, 'SupplyRequest'::text, 'Task'::text, 'TerminologyCapabilities'::text, 'TestReport'::text, 'TestScript'::text, 'ValueSet'::text, 'VerificationResult'::text, 'VisionPrescription'::text];
+COMMENT ON FUNCTION fhir.r4_resource_types() IS 'The 146 FHIR R4 resource types, in alphabetical order: fhir.resources takes these, Subscription excepted.';
+
 CREATE OR REPLACE FUNCTION fhir.record_deletions()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -447,6 +454,24 @@ AS $function$
 BEGIN
   IF TG_OP = 'INSERT' THEN
     NEW.resource_type := coalesce(NEW.resource_type, NEW.content ->> 'resourceType');
+  ELSIF NEW.resource_type IS DISTINCT FROM OLD.resource_type OR NEW.id IS DISTINCT FROM OLD.id THEN
+    RAISE EXCEPTION 'a FHIR resource cannot change its type or id (% / %)', OLD.resource_type, OLD.id
+      USING ERRCODE = 'check_violation';
+  END IF;
+
+  -- A missing resourceType (NULL) is left to the column's NOT NULL.
+  IF NOT NEW.resource_type = ANY (fhir.r4_resource_types()) THEN
+    RAISE EXCEPTION 'fhir.resources refuses resourceType ''%'': not a FHIR R4 resource type', NEW.resource_type
+      USING ERRCODE = 'check_violation',
+            HINT = 'The table takes the resource types of FHIR R4, spelled as they are, case included: SELECT unnest(fhir.r4_resource_types()).';
+  END IF;
+  IF NEW.resource_type = 'Subscription' THEN
+    RAISE EXCEPTION 'fhir.resources refuses resourceType ''Subscription'': subscriptions are created through the API, not written to this table'
+      USING ERRCODE = 'check_violation',
+            HINT = 'POST the Subscription to the service at /fhir/resources/Subscription: it keeps subscriptions in webhook.subscriptions and makes their handshake.';
+  END IF;
+
+  IF TG_OP = 'INSERT' THEN
     NEW.id := coalesce(NEW.id, NEW.content ->> 'id', gen_random_uuid()::text);
     -- A resource re-created after its deletion continues its version sequence.
     NEW.version_id := 1 + coalesce(
@@ -454,10 +479,6 @@ BEGIN
         WHERE h.resource_type = NEW.resource_type AND h.id = NEW.id),
       0);
   ELSE
-    IF NEW.resource_type IS DISTINCT FROM OLD.resource_type OR NEW.id IS DISTINCT FROM OLD.id THEN
-      RAISE EXCEPTION 'a FHIR resource cannot change its type or id (% / %)', OLD.resource_type, OLD.id
-        USING ERRCODE = 'check_violation';
-    END IF;
     NEW.version_id := OLD.version_id + 1;
   END IF;
 
