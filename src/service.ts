@@ -1,4 +1,6 @@
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
@@ -53,7 +55,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       closers.push(() => workers.stop());
     }
     if (!roles.api) return { address: undefined, close: () => closeAll(closers) };
-    await ensureApiKey(database, config);
+    await ensureApiKey(database, config, logger);
     const app: FastifyInstance = await buildApp({
       database,
       baseUrl: config.baseUrl,
@@ -107,23 +109,67 @@ async function secretsEncryptionKey(config: Config): Promise<Buffer> {
 
 /**
  * Registers BOOTSTRAP_API_KEY when given; on a first start with no key at all,
- * creates one and shows it once on stdout, since it cannot be recovered later.
+ * creates one, which cannot be recovered later: on a terminal it is shown
+ * once; otherwise stdout is a log stream (a container's, kept by an
+ * aggregator), so the key goes to a file only its owner can read, and the log
+ * says where (firstApiKeyFile).
  */
-async function ensureApiKey({ db }: DatabaseHandle, config: Config): Promise<void> {
+async function ensureApiKey({ db }: DatabaseHandle, config: Config, logger: Logger): Promise<void> {
   if (config.bootstrapApiKey !== undefined) await registerApiKey(db, 'bootstrap', config.bootstrapApiKey);
   if (await hasAnyApiKey(db)) return;
-  const { key } = await createApiKey(db, 'first start');
-  process.stdout.write(
-    [
-      '',
-      `API key: ${key}`,
-      'Keep it: it is stored only as a hash and is shown this once. Try:',
-      `  curl -H 'x-api-key: ${key}' '${config.baseUrl}${fhirBasePath}/Subscription?_count=1'`,
-      'Lost it? Make another with: npm run cli -- api-key create --name <name>',
-      '',
-      '',
-    ].join('\n'),
+  if (process.stdout.isTTY) {
+    const { key } = await createApiKey(db, 'first start');
+    process.stdout.write(
+      [
+        '',
+        `API key: ${key}`,
+        'Keep it: it is stored only as a hash and is shown this once. Try:',
+        `  curl -H 'x-api-key: ${key}' '${config.baseUrl}${fhirBasePath}/Subscription?_count=1'`,
+        `Lost it? Make another with: ${makeAnotherKey}`,
+        '',
+        '',
+      ].join('\n'),
+    );
+    return;
+  }
+  const file = firstApiKeyFile(config);
+  try {
+    // Written before the key's row commits: a key that could not be written is never made, and the next start tries again.
+    await db.transaction().execute(async (transaction) => {
+      const { key } = await createApiKey(transaction, 'first start');
+      await writeOwnerOnlyFile(file, `${key}\n`);
+    });
+  } catch (error) {
+    logger.warn(
+      { file, error },
+      `no API key exists, and none was made: the first one could not be written to ${file}. ` +
+        `Set BOOTSTRAP_API_KEY, or make one with: ${makeAnotherKey}`,
+    );
+    return;
+  }
+  logger.info(
+    { file },
+    `made the first API key and wrote it to ${file}, readable by its owner only. ` +
+      `It is stored only as a hash: keep it elsewhere and delete the file. Lost it? Make another with: ${makeAnotherKey}`,
   );
+}
+
+const makeAnotherKey = 'npm run cli -- api-key create --name <name>';
+
+/** Where a first start not on a terminal writes the key it made: beside the embedded data (with DATABASE_URL too). */
+function firstApiKeyFile(config: Config): string {
+  return path.resolve(config.embeddedDataDir, 'first-api-key');
+}
+
+/**
+ * Writes a new file of mode 0600. A file already there (a key of an earlier
+ * database) is removed first: the mode applies only to a file created, and
+ * `wx` will not follow a link planted in its place.
+ */
+async function writeOwnerOnlyFile(file: string, text: string): Promise<void> {
+  await mkdir(path.dirname(file), { recursive: true, mode: 0o755 });
+  await rm(file, { force: true });
+  await writeFile(file, text, { mode: 0o600, flag: 'wx' });
 }
 
 function assertPortFree(config: Config): Promise<void> {

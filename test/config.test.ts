@@ -85,6 +85,35 @@ describe('configuration from the environment', () => {
   });
 
   it.each([
+    ['PORT', 'abc', "expected a whole number from 0 to 65535, got 'abc'"],
+    ['PORT', '70000', "expected a whole number from 0 to 65535, got '70000'"],
+    ['PORT', '-1', "expected a whole number from 0 to 65535, got '-1'"],
+    ['METRICS_PORT', '1e3', "expected a whole number from 0 to 65535, got '1e3'"],
+    ['DATABASE_POOL_SIZE', '0x10', "expected a whole number from 1 to 1000, got '0x10'"],
+    ['WORKER_DATABASE_POOL_SIZE', ' 8', "expected a whole number from 1 to 1000, got ' 8'"],
+    ['API_RATE_LIMIT_PER_MINUTE', '1.5', "expected a whole number of at least 1, got '1.5'"],
+    ['DELIVERY_MAX_FAILURES', '0', "expected a whole number of at least 1, got '0'"],
+    ['DELIVERY_CONNECT_TIMEOUT_MS', '5s', "expected a whole number of at least 1, got '5s'"],
+    ['DELIVERY_RESPONSE_TIMEOUT_MS', 'Infinity', "expected a whole number of at least 1, got 'Infinity'"],
+    ['WORKER_CONCURRENCY', '1001', "expected a whole number from 1 to 1000, got '1001'"],
+    ['DELIVERY_PARALLEL_CALLS', 'many', "expected a whole number from 1 to 100, got 'many'"],
+    ['DELIVERY_MAX_CONNECTIONS_PER_ORIGIN', '1', "expected a whole number of at least 2, got '1'"],
+    ['DELIVERY_MAX_CLAIMED_BYTES', '8MiB', "expected a whole number of at least 1, got '8MiB'"],
+    ['DELIVERY_MAX_CLAIMED_BYTES', '99999999999999999999', "expected a whole number of at least 1, got '99999999999999999999'"],
+    ['DELIVERY_LOG_RETENTION_DAYS', 'thirty', "expected a whole number of at least 1, got 'thirty'"],
+    ['DELIVERY_MAX_CALLS_PER_SECOND', 'fast', "expected a number above 0 and at most 100000, such as 0.5 or 50, got 'fast'"],
+    ['DELIVERY_MAX_CALLS_PER_SECOND', '0', "expected a number above 0 and at most 100000, such as 0.5 or 50, got '0'"],
+    ['DELIVERY_RETRY_DELAYS_MS', '10s,1m', "expected a comma list of milliseconds, such as 10000,60000, got '10s,1m'"],
+  ])('says what a numeric setting takes and what it got: %s=%s', (name, value, message) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(new ConfigError(`Invalid configuration:\n  ${name}: ${message}`));
+  });
+
+  it('takes numbers written in digits, a decimal where one makes sense', () => {
+    const config = loadConfig({ PORT: '0', METRICS_PORT: '65535', WORKER_CONCURRENCY: '1000', DELIVERY_MAX_CALLS_PER_SECOND: '0.5', DELIVERY_LOG_RETENTION_DAYS: '7' });
+    expect(config).toMatchObject({ port: 0, metricsPort: 65535, delivery: { concurrency: 1000, maxCallsPerSecond: 0.5, logRetentionDays: 7 } });
+  });
+
+  it.each([
     ['PORT', 'eighty'],
     ['PORT', '70000'],
     ['DATABASE_URL', 'mysql://localhost/db'],

@@ -93,6 +93,29 @@ describe('/metrics after real deliveries', () => {
   });
 });
 
+describe('/metrics with no jobs at all', () => {
+  it('has a sample of 0 for each task and state, so that alerts on these series see 0, not nothing', async () => {
+    const t = await startTestApp({ metrics: true });
+    cleanups.push(() => t.close());
+    expect((await t.database.pool.query('SELECT count(*)::int AS jobs FROM graphile_worker.jobs')).rows).toEqual([{ jobs: 0 }]);
+    const scraped = samples((await t.app.inject({ method: 'GET', url: '/metrics' })).body);
+    const tasks = ['subscription_handshake', 'subscription_reactivation', 'notification_delivery', 'deactivation_alert', 'delivery_log_cleanup'];
+    for (const task of tasks) {
+      for (const state of ['waiting', 'scheduled', 'running']) expect(scraped.get(`fhir_webhooks_jobs{task="${task}",state="${state}"}`), `${task} ${state}`).toBe(0);
+      expect(scraped.get(`fhir_webhooks_oldest_waiting_job_age_seconds{task="${task}"}`), task).toBe(0);
+    }
+    expect([...scraped.keys()].filter((series) => series.startsWith('fhir_webhooks_jobs{'))).toHaveLength(tasks.length * 3);
+
+    // One job: its own sample counts it, the others stay 0.
+    await t.database.pool.query(`SELECT graphile_worker.add_job('deactivation_alert', '{"alertId": "1"}'::json)`);
+    const oneJob = samples((await t.app.inject({ method: 'GET', url: '/metrics' })).body);
+    expect(oneJob.get('fhir_webhooks_jobs{task="deactivation_alert",state="waiting"}')).toBe(1);
+    expect(oneJob.get('fhir_webhooks_jobs{task="deactivation_alert",state="running"}')).toBe(0);
+    expect(oneJob.get('fhir_webhooks_oldest_waiting_job_age_seconds{task="deactivation_alert"}')).toBeGreaterThanOrEqual(0);
+    expect(oneJob.get('fhir_webhooks_oldest_waiting_job_age_seconds{task="subscription_handshake"}')).toBe(0);
+  });
+});
+
 describe('/metrics while no worker runs', () => {
   it('reads the waiting event and its age from the database', { timeout: 30_000 }, async () => {
     const { t, receiver, stopWorkers } = await measuredStack({});

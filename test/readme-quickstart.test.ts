@@ -50,10 +50,13 @@ describe('the README quick start', () => {
     const receiver = startCommand('bash', ['-c', asWritten(blocks[0]!, '')], environment);
     await receiver.waitFor(/Receiver listening on/);
     const service = startCommand('bash', ['-c', asWritten(blocks[1]!, '')], environment);
-    const [, key] = await service.waitFor(/^API key: (\S+)$/m);
     await service.waitFor(/Listening on/);
+    // Its output is a pipe, not a terminal: the key is not printed but written where the README says.
+    const keyFile = path.join(dataDir, 'first-api-key');
+    expect(service.output()).toContain(`wrote it to ${keyFile}`);
+    const key = readFileSync(keyFile, 'utf8').trim();
 
-    const created = await inThirdTerminal(blocks[2]!, key!);
+    const created = await inThirdTerminal(blocks[2]!, key);
     expect(created.exitCode, created.output).toBe(0);
     expect(JSON.parse(created.output)).toMatchObject({ resourceType: 'Subscription', status: 'requested' });
     await receiver.waitFor(/"type":"handshake"/);
@@ -63,11 +66,11 @@ describe('the README quick start', () => {
     expect(receiver.output()).not.toContain('change-me');
     // Until the handshake's answer is recorded the subscription is not active, and a write would not notify.
     await waitFor(async () => {
-      const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key! } });
+      const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key } });
       return ((await response.json()) as { entry: unknown[] }).entry.length === 1 ? true : undefined;
     }, 10_000, 'the subscription to become active');
 
-    const written = await inThirdTerminal(blocks[3]!, key!);
+    const written = await inThirdTerminal(blocks[3]!, key);
     expect(written.exitCode, written.output).toBe(0);
     const appointment = JSON.parse(written.output) as { resourceType: string; id: string };
     expect(appointment.resourceType, written.output).toBe('Appointment');
@@ -78,11 +81,12 @@ describe('the README quick start', () => {
 
     // The log's last row, the notification, is recorded right after the receiver answers.
     const log = await waitFor(async () => {
-      const run = await inThirdTerminal(blocks[4]!, key!);
+      const run = await inThirdTerminal(blocks[4]!, key);
       return /notification \| Appointment/.test(run.output) ? run : undefined;
     }, 20_000, 'the notification in the delivery log');
     expect(log.exitCode, log.output).toBe(0);
     expect(log.output).toMatch(/handshake\s+\|\s+\|\s+1 \| delivered \|\s+200/);
     expect(log.output).toMatch(/notification \| Appointment\s+\|\s+1 \| delivered \|\s+200/);
+    expect(service.output()).not.toContain(key);
   });
 });

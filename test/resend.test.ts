@@ -7,6 +7,7 @@ import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, type Json } from './support/backport-conformance.ts';
+import { r4Problems } from './support/r4-validation.ts';
 import { childEnvironment, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
@@ -129,6 +130,19 @@ describe('$resend', () => {
     const refusedOlder = await resend(id, 'eventNumber', { valueString: older.event_number });
     expect(refusedOlder.statusCode).toBe(400);
     expect(refusedOlder.json().issue[0].details.text).toContain('version 2 of the resource was sent since');
+  });
+
+  it('answers, when nothing failed for good since the instant, a Parameters that says so: R4, no empty parameter', async () => {
+    const endpoint = await refusingReceiver(new Set());
+    const { id } = await subscribe(t, 'Patient?family=NothingFailed', endpoint.url);
+    await untilStatus(t, id, 'active');
+    await writePatient('NothingFailed', 'nothing-failed-1');
+    expect((await eventOf(id, 'nothing-failed-1')).status).toBe('delivered');
+
+    const answer = await resend(id, 'failedSince', { valueInstant: new Date(Date.now() - 60_000).toISOString() });
+    expect(answer.statusCode, answer.body).toBe(200);
+    expect(answer.json()).toEqual({ resourceType: 'Parameters', parameter: [{ name: 'outcome', valueString: 'Nothing to resend: no event failed for good since then' }] });
+    expect(r4Problems(answer.json())).toEqual([]);
   });
 
   it('is refused for a subscription the key does not own, one not active, an event no longer held, and a body that does not say which', async () => {

@@ -11,15 +11,43 @@ const booleanFlag = z
 /** A comma list of non-negative integers ("10000,60000"). */
 const millisecondsList = z
   .string()
-  .regex(/^\d+(,\d+)*$/, 'expected a comma list of milliseconds, such as 10000,60000')
+  .regex(/^\d+(,\d+)*$/, { error: (issue) => `expected a comma list of milliseconds, such as 10000,60000, got '${String(issue.input)}'` })
   .transform((text) => text.split(',').map(Number));
 
-const milliseconds = z.coerce.number().int().positive();
+/**
+ * A whole number in [min, max], written in digits: z.coerce.number() would
+ * take '1e3', ' 8 ' and '0x10', and say of 'abc' "expected number, received
+ * NaN". The message says what is expected and what was given.
+ */
+function wholeNumber(min: number, max?: number) {
+  const expected = `expected a whole number ${max === undefined ? `of at least ${min}` : `from ${min} to ${max}`}`;
+  return z.string().transform((text, context) => {
+    const value = /^\d+$/.test(text) ? Number(text) : Number.NaN;
+    if (Number.isSafeInteger(value) && value >= min && (max === undefined || value <= max)) return value;
+    context.addIssue({ code: 'custom', message: `${expected}, got '${text}'` });
+    return z.NEVER;
+  });
+}
+
+/** A decimal number above 0 and at most max ("0.5", "50"), written in digits. */
+function positiveDecimal(max: number) {
+  const expected = `expected a number above 0 and at most ${max}, such as 0.5 or 50`;
+  return z.string().transform((text, context) => {
+    const value = /^(\d+(\.\d*)?|\.\d+)$/.test(text) ? Number(text) : Number.NaN;
+    if (value > 0 && value <= max) return value;
+    context.addIssue({ code: 'custom', message: `${expected}, got '${text}'` });
+    return z.NEVER;
+  });
+}
+
+const milliseconds = wholeNumber(1);
+
+const port = wholeNumber(0, 65535);
 
 const postgresUrl = z.url({ protocol: /^postgres(ql)?$/, error: 'expected a postgres:// connection string' });
 
 /** Connections a pool may open; PostgreSQL's default max_connections is 100 for all processes together. */
-const poolSize = z.coerce.number().int().min(1).max(1000);
+const poolSize = wholeNumber(1, 1000);
 
 const environmentSchema = z.object({
   DATABASE_URL: postgresUrl.optional(),
@@ -28,13 +56,13 @@ const environmentSchema = z.object({
   // The event sender holds a connection only for its short queries, never during a call: 10 serve
   // WORKER_CONCURRENCY's 64 subscriptions as fast as 20 did (the figures are in docs/operators.md).
   WORKER_DATABASE_POOL_SIZE: poolSize.default(10),
-  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  PORT: port.default(8080),
   HOST: z.string().min(1).default('127.0.0.1'),
   BASE_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
   BOOTSTRAP_API_KEY: z.string().min(16, 'must be at least 16 characters').optional(),
   MIGRATE_ON_START: booleanFlag.default(true),
-  API_RATE_LIMIT_PER_MINUTE: z.coerce.number().int().min(1).default(6000),
-  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  API_RATE_LIMIT_PER_MINUTE: wholeNumber(1).default(6000),
+  METRICS_PORT: port.optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   EMBEDDED_DATA_DIR: z.string().min(1).default('.data'),
   WEBHOOK_NAMING_SYSTEM: z
@@ -47,17 +75,17 @@ const environmentSchema = z.object({
     .refine((key) => key.length === 32, 'expected 32 bytes, base64-encoded (make one with: openssl rand -base64 32)')
     .optional(),
   DELIVERY_RETRY_DELAYS_MS: millisecondsList.default([10_000, 60_000]),
-  DELIVERY_MAX_FAILURES: z.coerce.number().int().min(1).default(3),
+  DELIVERY_MAX_FAILURES: wholeNumber(1).default(3),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
-  WORKER_CONCURRENCY: z.coerce.number().int().min(1).max(1000).default(64),
-  DELIVERY_PARALLEL_CALLS: z.coerce.number().int().min(1).max(100).default(8),
+  WORKER_CONCURRENCY: wholeNumber(1, 1000).default(64),
+  DELIVERY_PARALLEL_CALLS: wholeNumber(1, 100).default(8),
   // Receivers are often shared (one host's endpoints for many subscriptions); uncapped, one worker
   // process could open WORKER_CONCURRENCY × DELIVERY_PARALLEL_CALLS (512) sockets to one of them.
   // 64 is eight subscriptions sending at the default's full parallelism: a hanging subscriber
   // holds 8 of them, and the others at its origin share the 56 left.
-  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: z.coerce.number().int().min(2).default(64),
-  DELIVERY_MAX_CALLS_PER_SECOND: z.coerce.number().positive().max(100_000).optional(),
+  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: wholeNumber(2).default(64),
+  DELIVERY_MAX_CALLS_PER_SECOND: positiveDecimal(100_000).optional(),
   // The bytes of resource versions a worker process's claims hold at once, each counted uncompressed
   // (about its JSON text); the heap holds several times that (the versions parsed, and for each call
   // its body as text and as bytes). A worker process at rest takes about 150 MiB; with the default
@@ -65,7 +93,7 @@ const environmentSchema = z.object({
   // 12 and 285-291 MiB with 16 (1,391 MiB without a bound), 64 of 8 kB ones at 237 MiB (389 MiB
   // without): 8 MiB keeps the peak under 300 MiB, with room for what it does not count (a
   // notification's _include resources). docs/delivery.md has the measurements.
-  DELIVERY_MAX_CLAIMED_BYTES: z.coerce.number().int().min(1).default(8 * 1024 * 1024),
+  DELIVERY_MAX_CLAIMED_BYTES: wholeNumber(1).default(8 * 1024 * 1024),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
@@ -75,7 +103,7 @@ const environmentSchema = z.object({
   OAUTH_CLIENT_SECRET: z.string().min(1).optional(),
   OAUTH_SCOPE: z.string().min(1).optional(),
   OAUTH_AUDIENCE: z.string().min(1).optional(),
-  DELIVERY_LOG_RETENTION_DAYS: z.coerce.number().int().min(1).default(30),
+  DELIVERY_LOG_RETENTION_DAYS: wholeNumber(1).default(30),
 });
 
 export type Config = Readonly<{

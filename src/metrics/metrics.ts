@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/database.ts';
 import { deliveryKinds, subscriptionStatuses, type DeliveryKind } from '../db/schema.ts';
+import { jobPayloads } from '../dispatch/tasks/jobs.ts';
 
 /**
  * The service's Prometheus metrics (prom-client), one registry per process.
@@ -19,6 +20,15 @@ export type DeliveryOutcome = 'delivered' | 'retrying' | 'failed';
 const callBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15];
 /** Seconds: from a commit to its delivery, through retries (minutes) and outages. */
 const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600];
+
+/**
+ * The job gauges' label values, each given a sample (0) when no job has it: an
+ * alert on a series (`fhir_webhooks_oldest_waiting_job_age_seconds > 300`)
+ * must see 0, not nothing, when the queue is empty. The tasks are those of the
+ * job contract (src/dispatch/tasks/jobs.ts).
+ */
+const jobTasks = Object.keys(jobPayloads);
+const jobStates = ['waiting', 'scheduled', 'running'] as const;
 
 /** `database`: where the queue and subscription gauges are read; without it they are left out. */
 export function createMetrics(database?: Db) {
@@ -150,12 +160,13 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
         FROM graphile_worker.jobs
         GROUP BY 1, 2`.execute(db);
       this.reset();
+      for (const task of jobTasks) for (const state of jobStates) this.set({ task, state }, 0);
       for (const row of rows) this.set({ task: row.task, state: row.state }, row.jobs);
     },
   });
   new Gauge({
     name: 'fhir_webhooks_oldest_waiting_job_age_seconds',
-    help: 'How long the oldest job that is due and free to take has been due, by task',
+    help: 'How long the oldest job that is due and free to take has been due, by task (0 when none waits)',
     labelNames: ['task'],
     registers,
     async collect() {
@@ -165,6 +176,7 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
         WHERE locked_at IS NULL AND run_at <= now()
         GROUP BY 1`.execute(db);
       this.reset();
+      for (const task of jobTasks) this.set({ task }, 0);
       for (const row of rows) this.set({ task: row.task }, row.age);
     },
   });

@@ -19,6 +19,9 @@ export type ResendSelection = { eventNumber: number } | { attemptId: string } | 
 export type ResentEvent = { eventNumber: number | null; resource: string };
 export type ResendOutcome = { queued: ResentEvent[]; skipped: (ResentEvent & { reason: string })[] };
 
+/** What $resend answers and `deliveries resend` prints when failedSince matches nothing (the only selection that can). */
+export const nothingToResend = 'Nothing to resend: no event failed for good since then';
+
 /** Events failed since an instant, at most this many in one request: the rest with the next. */
 export const maxResentAtOnce = 10_000;
 

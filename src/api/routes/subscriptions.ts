@@ -17,7 +17,7 @@ import { callerOf } from '../authentication.ts';
 import { z } from 'zod';
 import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../schemas.ts';
-import { resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
+import { nothingToResend, resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
 import { refusal } from '../../subscriptions/requests.ts';
 import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
 
@@ -173,12 +173,15 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
       schema: {
         summary: 'Send recorded events of a subscription again',
         description:
-          'A Parameters body with one of: eventNumber (an event by its number), attempt (the event of a recorded call, by its id), failedSince (every event that failed for good since that instant). A resend is a new attempt of the same event: same number, version and webhook-id. Only to an active subscription. Answers the events queued, and those skipped with why.',
+          'A Parameters body with one of: eventNumber (an event by its number), attempt (the event of a recorded call, by its id), failedSince (every event that failed for good since that instant). A resend is a new attempt of the same event: same number, version and webhook-id. Only to an active subscription. Answers the events queued, and those skipped with why; when failedSince matches nothing, an outcome part that says so.',
         ...fhirOperation('Subscriptions', 'resendEvents', true),
         params: z.object({ id: z.string().describe("The subscription's id") }),
         body: resendParameters,
         response: {
-          200: resource.describe('A Parameters: a queued part per event queued (eventNumber, resource), a skipped part per event left (with its reason)'),
+          200: resource.describe(
+            'A Parameters: a queued part per event queued (eventNumber, resource), a skipped part per event left (with its reason); ' +
+              'when no event failed for good since failedSince, only an outcome part (valueString "Nothing to resend: …"): FHIR has no empty parameter array',
+          ),
           ...commonRefusals,
           400: operationOutcome.describe('Not active, or the event cannot be sent again (pending, gone, a newer version sent since)'),
           404: operationOutcome.describe('The subscription (or the event, or the call) is not known or no longer held'),
@@ -245,6 +248,6 @@ function resendAnswer({ queued, skipped }: ResendOutcome): Record<string, unknow
     ...skipped.map((event) => ({ name: 'skipped', part: [...parts(event), { name: 'reason', valueString: event.reason }] })),
   ];
   // FHIR JSON has no empty arrays: when nothing matched (only failedSince can match nothing), the answer says so.
-  if (parameter.length === 0) parameter.push({ name: 'outcome', valueString: 'Nothing to resend: no event failed for good since then' });
+  if (parameter.length === 0) parameter.push({ name: 'outcome', valueString: nothingToResend });
   return { resourceType: 'Parameters', parameter };
 }
