@@ -60,10 +60,21 @@ CREATE TABLE webhook.deactivation_alerts (
   created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
   handled_as text,
   handled_at timestamp with time zone,
-  CONSTRAINT deactivation_alerts_handled_as_check CHECK ((handled_as = ANY (ARRAY['sent'::text, 'logged'::text]))),
+  deactivations_told integer,
+  told_in bigint,
+  CONSTRAINT deactivation_alerts_handled_as_check CHECK ((handled_as = ANY (ARRAY['sent'::text, 'logged'::text, 'folded'::text]))),
+  CONSTRAINT deactivation_alerts_handled_when_at CHECK (((handled_as IS NULL) = (handled_at IS NULL))),
   CONSTRAINT deactivation_alerts_pkey PRIMARY KEY (id),
-  CONSTRAINT deactivation_alerts_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
+  CONSTRAINT deactivation_alerts_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE,
+  CONSTRAINT deactivation_alerts_told_count_positive CHECK ((deactivations_told >= 1)),
+  CONSTRAINT deactivation_alerts_told_count_when_told CHECK ((((handled_as = ANY (ARRAY['sent'::text, 'logged'::text])) IS TRUE) = (deactivations_told IS NOT NULL))),
+  CONSTRAINT deactivation_alerts_told_in_fkey FOREIGN KEY (told_in) REFERENCES webhook.deactivation_alerts(id) ON DELETE CASCADE,
+  CONSTRAINT deactivation_alerts_told_in_when_folded CHECK ((((handled_as = 'folded'::text) IS TRUE) = (told_in IS NOT NULL)))
 );
+COMMENT ON COLUMN webhook.deactivation_alerts.handled_as IS 'NULL: not told yet; sent or logged: its e-mail went out (or was logged), telling of deactivations_told deactivations; folded: told in the e-mail of row told_in.';
+COMMENT ON COLUMN webhook.deactivation_alerts.deactivations_told IS 'For a row whose e-mail went out: the deactivations it told of, this one included.';
+COMMENT ON COLUMN webhook.deactivation_alerts.told_in IS 'For a folded row: the row whose e-mail told of this deactivation.';
+COMMENT ON TABLE webhook.deactivation_alerts IS 'One row per deactivation of a subscription (active -> error after failed deliveries); its contacts get at most one e-mail per ALERT_EMAIL_INTERVAL_SECONDS, telling of the deactivations since the last one.';
 
 CREATE TABLE webhook.delivery_attempts (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -250,6 +261,10 @@ CREATE INDEX resource_history_by_type_and_time ON fhir.resource_history USING bt
 CREATE INDEX resources_by_type_and_last_updated ON fhir.resources USING btree (resource_type, last_updated, id);
 
 CREATE INDEX resources_content ON fhir.resources USING gin (content jsonb_path_ops);
+
+CREATE INDEX deactivation_alerts_by_subscription ON webhook.deactivation_alerts USING btree (subscription_id, created_at);
+
+CREATE INDEX deactivation_alerts_by_time ON webhook.deactivation_alerts USING btree (created_at);
 
 CREATE INDEX delivery_attempts_by_resource ON webhook.delivery_attempts USING btree (subscription_id, resource_type, resource_id, version_id) WHERE (kind = 'notification'::text);
 

@@ -135,7 +135,7 @@ function commandLine(): Command {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description(`list the subscriptions: id, status, failed calls since the last success, the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; criteria and endpoints over ${listColumnWidth} characters are shortened (subscriptions show has them whole)`)
+    .description(`list the subscriptions: id, status, failed calls since the last success, deactivations in the last 24 hours (more than one: a flapping subscriber), the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; criteria and endpoints over ${listColumnWidth} characters are shortened (subscriptions show has them whole)`)
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
@@ -144,13 +144,14 @@ function commandLine(): Command {
           row.id,
           row.status,
           String(row.failedCallsSinceSuccess),
+          String(row.deactivationsLastDay),
           row.lastSuccessAt?.toISOString() ?? 'never',
           // The longest of them would set every line's width: shortened here, whole in `subscriptions show`.
           shortened(subscribedTo(row), listColumnWidth),
           shortened(row.endpoint, listColumnWidth),
           row.error ?? '',
         ]);
-        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
+        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'DEACTIVATIONS 24H', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
       }),
     );
   subscriptions
@@ -176,6 +177,7 @@ function commandLine(): Command {
                 ]),
             `  endpoint  ${subscription.endpoint}`,
             `  failed    ${plural(subscription.failedCallsSinceSuccess, 'call')} since the last success (${subscription.lastSuccessAt?.toISOString() ?? 'none yet'}); ${plural(subscription.failureCount, 'event')} refused for good in a row`,
+            `  in error  ${plural(subscription.deactivationsLastDay, 'time')} in the last 24 hours, ${subscription.deactivationsInARow} in a row without a delivery${subscription.deactivationsLastDay > 1 ? ' (flapping: its handshakes pass, its notifications fail; its contacts get one alert per ALERT_EMAIL_INTERVAL_SECONDS)' : ''}`,
             `  created   ${subscription.createdAt.toISOString()}`,
           ].join('\n'),
         );

@@ -15,6 +15,8 @@ const alert: DeactivationAlert = {
   errorMessage: 'endpoint answered 503 Service Unavailable',
   undeliveredResourceUrl: 'http://fhir.test/fhir/resources/Appointment/a1/_history/2',
   deactivatedAt: '2025-03-04T05:06:07.123456Z',
+  deactivations: 1,
+  previousAlertAt: undefined,
 };
 
 const cleanups: (() => unknown)[] = [];
@@ -58,6 +60,16 @@ function decodeBody(encoded: string, encoding: string | undefined): string {
 }
 
 describe('deactivation alert by e-mail', () => {
+  it('tells of several deactivations in one e-mail: their count since the previous alert in the subject and the text, the facts of the latest', async () => {
+    const smtp = await startSmtpServer();
+    expect(await mailer(smtp.url).send({ ...alert, deactivations: 7, previousAlertAt: '2025-03-04T04:06:07.000Z' })).toBe('sent');
+    const { headers, body } = parseMessage(smtp.received[0]!.raw);
+    expect(headers.get('subject')).toBe(`Webhook deactivated 7 times: ${alert.criteria}`);
+    expect(body).toMatch(/^Deliveries to the endpoint of this webhook subscription keep failing: it was deactivated \(status error\) 7 times since the previous alert \(2025-03-04T04:06:07\.000Z\)/);
+    expect(body).toContain('Deactivations:        7 since 2025-03-04T04:06:07.000Z\n');
+    expect(body).toContain(`Deactivated at:       ${alert.deactivatedAt}\n`);
+  });
+
   it('sends one message to every contact, from the configured sender, with every fact and how to reactivate', async () => {
     const smtp = await startSmtpServer();
     expect(await mailer(smtp.url).send(alert)).toBe('sent');
@@ -130,7 +142,7 @@ describe('deactivation alert without SMTP_URL', () => {
     const row = { ...alert, header: ['Authorization: Bearer t0k3n'], secret: 's3cr3t' };
     await mailer(undefined, logger).send(row);
     const [entry] = logged();
-    expect(Object.keys(entry.alert).sort()).toEqual(['criteria', 'deactivatedAt', 'endpoint', 'errorMessage', 'httpStatus', 'recipients', 'subscriptionId', 'undeliveredResourceUrl']);
+    expect(Object.keys(entry.alert).sort()).toEqual(['criteria', 'deactivatedAt', 'deactivations', 'endpoint', 'errorMessage', 'httpStatus', 'recipients', 'subscriptionId', 'undeliveredResourceUrl']);
     expect(JSON.stringify(entry)).not.toMatch(/t0k3n|s3cr3t/);
   });
 });

@@ -32,11 +32,11 @@ describe('subscriptions list', () => {
     const run = await cli('subscriptions', 'list');
     expect(run.exitCode).toBe(0);
     const [header, ...rows] = run.output.trimEnd().split('\n');
-    expect(header).toMatch(/^ID\s+STATUS\s+FAILED CALLS SINCE SUCCESS\s+LAST SUCCESS\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
+    expect(header).toMatch(/^ID\s+STATUS\s+FAILED CALLS SINCE SUCCESS\s+DEACTIVATIONS 24H\s+LAST SUCCESS\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
     expect(rows).toHaveLength(2);
-    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+\\S+Z\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
-    // In error after one failed call: the failures an operator means, not the refusals in a row (0 here: a 503 is not a refusal).
-    expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+1\\s+\\S+Z\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
+    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
+    // In error after one failed call: the failures an operator means, not the refusals in a row (0 here: a 503 is not a refusal); deactivated once.
+    expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+1\\s+1\\s+\\S+Z\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
     expect(run.output).not.toContain('query-secret');
   });
 
@@ -58,6 +58,7 @@ describe('subscriptions show', () => {
     expect(run.output).toMatch(new RegExp(`^Subscription ${scene.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
     expect(run.output).toContain('  criteria  Patient?family=Failing\n');
     expect(run.output).toMatch(/\n {2}failed {4}1 call since the last success \(\S+Z\); 0 events refused for good in a row\n/);
+    expect(run.output).toContain('\n  in error  1 time in the last 24 hours, 1 in a row without a delivery\n');
     // The subscriber's own answer says why.
     // Each call with its id and, for a notification, its event number: what `deliveries resend --attempt` and `--event` take.
     expect(run.output).toMatch(
@@ -99,9 +100,10 @@ describe('subscriptions list, with a long criteria', () => {
       const row = lines.find((line) => line.startsWith(id))!;
       expect(row).toContain(`Patient?family=Long${'x'.repeat(60 - 'Patient?family=Long'.length - 1)}…`);
       expect(row).not.toContain('x'.repeat(60));
-      // The other rows are as wide as their own values, not padded to the long one.
-      const healthyRow = lines.find((line) => line.startsWith(scene.healthy))!;
-      expect(healthyRow.length).toBeLessThan(200);
+      // The columns are no wider than that: the other rows are not padded to the long values.
+      const header = lines[0]!;
+      expect(header.indexOf('ENDPOINT') - header.indexOf('CRITERIA')).toBe(60 + 2);
+      expect(header.indexOf('ERROR') - header.indexOf('ENDPOINT')).toBe(60 + 2);
       const shown = await cli('subscriptions', 'show', id);
       expect(shown.output).toContain(`  criteria  Patient?family=${family}\n`);
     } finally {

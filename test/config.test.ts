@@ -31,7 +31,7 @@ describe('configuration from the environment', () => {
         standardSignatures: false,
         logRetentionDays: 30,
       },
-      mail: { smtpUrl: undefined, from: 'webhooks@localhost' },
+      mail: { smtpUrl: undefined, from: 'webhooks@localhost', intervalSeconds: 3600 },
       oauth: undefined,
     });
   });

@@ -84,6 +84,9 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     // Its id (two rows alike differ by it), and the failed call that put it in error.
     expect(await failing.locator('td').nth(0).textContent()).toBe(scene.failing);
     expect(await failing.locator('td').nth(4).textContent()).toBe('1');
+    // Deactivated once in the last 24 hours: not flapping.
+    expect(await failing.locator('td').nth(5).textContent()).toBe('1');
+    expect(await failing.locator('td.flapping').count()).toBe(0);
     expect(await failing.textContent()).toMatch(/HTTP 500 from http:\/\/127\.0\.0\.1:\d+\/hook; Patient\/\S+ \(version 1\) was not delivered/);
 
     // A failing subscription: its failed call, and the handshake before it.
@@ -188,6 +191,12 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
       return new Set([...range.getClientRects()].map((rect) => Math.round(rect.top))).size;
     })()`);
     expect(timeLines).toBe(1);
+
+    // A second deactivation in the last 24 hours: marked as flapping.
+    await t.database.pool.query('INSERT INTO webhook.deactivation_alerts (subscription_id, recipients, reason) VALUES ($1, $2, $3)', [scene.failing, [], 'HTTP 500 again']);
+    const failing = rows.filter({ hasText: 'Patient?family=Failing' });
+    await expect.poll(() => failing.locator('td.flapping').textContent()).toBe('2');
+    expect(await failing.locator('td.flapping').getAttribute('title')).toMatch(/^Flapping: \d+ deactivations in a row without a delivery$/);
     expect(errors).toEqual([]);
     await page.close();
   });

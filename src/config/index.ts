@@ -98,6 +98,7 @@ const environmentSchema = z.object({
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
   ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),
+  ALERT_EMAIL_INTERVAL_SECONDS: wholeNumber(0).default(3600),
   OAUTH_TOKEN_URL: z.url({ protocol: /^https?$/, error: 'expected an absolute http(s) URL' }).optional(),
   OAUTH_CLIENT_ID: z.string().min(1).optional(),
   OAUTH_CLIENT_SECRET: z.string().min(1).optional(),
@@ -157,7 +158,12 @@ export type Config = Readonly<{
     logRetentionDays: number;
   }>;
   /** Alert e-mail; without smtpUrl alerts are logged and recorded, not sent. */
-  mail: Readonly<{ smtpUrl: string | undefined; from: string }>;
+  mail: Readonly<{
+    smtpUrl: string | undefined;
+    from: string;
+    /** A subscription's contacts get at most one alert per this many seconds; 0: one per deactivation. */
+    intervalSeconds: number;
+  }>;
   /** Outbound OAuth 2.0 client credentials, when OAUTH_TOKEN_URL is set. */
   oauth: Readonly<{ tokenUrl: string; clientId: string; clientSecret: string; scope: string | undefined; audience: string | undefined }> | undefined;
 }>;
@@ -218,7 +224,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
     },
-    mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM },
+    mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM, intervalSeconds: env.ALERT_EMAIL_INTERVAL_SECONDS },
     oauth:
       env.OAUTH_TOKEN_URL === undefined
         ? undefined

@@ -115,8 +115,12 @@ export interface DeactivationAlertsTable {
   recipients: string[];
   reason: string;
   created_at: Generated<Date>;
-  handled_as: 'sent' | 'logged' | null;
+  /** NULL until told; folded: told in the e-mail of row told_in (migration 0028). */
+  handled_as: 'sent' | 'logged' | 'folded' | null;
   handled_at: Date | null;
+  /** For a row whose e-mail went out: the deactivations it told of, this one included. */
+  deactivations_told: number | null;
+  told_in: string | null;
 }
 
 /** What became of an event (migration 0018). */

@@ -37,6 +37,8 @@ export type DispatchContext = {
   originCalls: OriginCalls;
   tokens: TokenProvider | undefined;
   mailer: AlertMailer;
+  /** ALERT_EMAIL_INTERVAL_SECONDS: at most one alert e-mail per subscription in this many seconds. */
+  alertIntervalSeconds: number;
   metrics: Metrics;
   logger: Logger;
 };

@@ -78,6 +78,7 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     originCalls: new OriginCalls(config.delivery.maxConnectionsPerOrigin),
     tokens: config.oauth === undefined ? undefined : createTokenProvider(config.oauth),
     mailer,
+    alertIntervalSeconds: config.mail.intervalSeconds,
     metrics,
     logger,
   };

@@ -17,7 +17,12 @@ export type DeactivationAlert = {
   httpStatus: number | undefined;
   errorMessage: string;
   undeliveredResourceUrl: string | undefined;
+  /** Of the latest deactivation this alert tells of. */
   deactivatedAt: string;
+  /** The deactivations it tells of: 1, or those since the previous alert when they came within ALERT_EMAIL_INTERVAL_SECONDS of it. */
+  deactivations: number;
+  /** When the subscription's previous alert was sent (or logged); undefined for its first. */
+  previousAlertAt: string | undefined;
 };
 
 export type AlertMailer = {
@@ -52,12 +57,22 @@ function logAlert(logger: Logger, alert: DeactivationAlert, message: string): 'l
 
 /** The alert's fields picked by name, so that a wider object passed as an alert (a subscription row) cannot log its headers. */
 function alertFields(alert: DeactivationAlert): DeactivationAlert {
-  const { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt } = alert;
-  return { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt };
+  const { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt, deactivations, previousAlertAt } = alert;
+  return { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt, deactivations, previousAlertAt };
 }
 
 function alertSubject(alert: DeactivationAlert): string {
-  return `Webhook deactivated: ${alert.criteria}`;
+  return alert.deactivations === 1 ? `Webhook deactivated: ${alert.criteria}` : `Webhook deactivated ${alert.deactivations} times: ${alert.criteria}`;
+}
+
+/** What happened, in the first line: one deactivation, or how many since the previous alert. */
+function alertLead(alert: DeactivationAlert): string {
+  if (alert.deactivations === 1) return 'Deliveries to the endpoint of this webhook subscription kept failing, so it was deactivated (status error).';
+  return (
+    `Deliveries to the endpoint of this webhook subscription keep failing: it was deactivated (status error) ${alert.deactivations} times since the previous alert` +
+    `${alert.previousAlertAt === undefined ? '' : ` (${alert.previousAlertAt})`}, each time after a new event reactivated it. ` +
+    'Its contacts get one alert per interval, not one per deactivation; the facts below are of the latest.'
+  );
 }
 
 /** Plain text, one line per paragraph: mail clients wrap it to their width. */
@@ -70,9 +85,10 @@ function alertText(alert: DeactivationAlert): string {
     ['Error', alert.errorMessage],
     ['Undelivered resource', alert.undeliveredResourceUrl ?? 'none recorded'],
     ['Deactivated at', alert.deactivatedAt],
+    ...(alert.deactivations === 1 ? [] : [['Deactivations', `${alert.deactivations} since ${alert.previousAlertAt ?? 'the previous alert'}`] satisfies [string, string]]),
   ];
   return [
-    'Deliveries to the endpoint of this webhook subscription kept failing, so it was deactivated (status error).',
+    alertLead(alert),
     '',
     // One line per fact, even for an error message quoting a multi-line answer of the endpoint.
     ...facts.map(([label, value]) => `${`${label}:`.padEnd(22)}${value.replace(/\s*[\r\n]+\s*/g, ' ')}`),

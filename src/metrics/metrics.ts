@@ -113,7 +113,8 @@ export function createMetrics(database?: Db) {
  * its subscription not being sent; sending: its subscription claimed by a
  * worker; scheduled: a retry, due later), the age of the oldest waiting
  * event, graphile-worker's jobs by task and state (its public jobs view), the
- * age of the oldest waiting job by task, and the subscriptions by status.
+ * age of the oldest waiting job by task, the subscriptions by status, and the
+ * deactivations of the last day by subscription.
  */
 function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   new Gauge({
@@ -189,6 +190,21 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
       const { rows } = await sql<{ status: string; subscriptions: number }>`
         SELECT status, count(*)::int AS subscriptions FROM webhook.subscriptions GROUP BY status`.execute(db);
       for (const status of subscriptionStatuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'fhir_webhooks_subscription_deactivations_last_day',
+    help: 'Times a subscription went to error in the last 24 hours, by subscription id; only subscriptions with one or more. Above 1: a flapping subscriber (its handshakes pass, its notifications fail)',
+    labelNames: ['subscription'],
+    registers,
+    async collect() {
+      const { rows } = await sql<{ subscription: string; deactivations: number }>`
+        SELECT subscription_id::text AS subscription, count(*)::int AS deactivations
+        FROM webhook.deactivation_alerts
+        WHERE created_at > now() - interval '24 hours'
+        GROUP BY 1`.execute(db);
+      this.reset();
+      for (const row of rows) this.set({ subscription: row.subscription }, row.deactivations);
     },
   });
   new Gauge({

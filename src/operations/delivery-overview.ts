@@ -23,6 +23,10 @@ export type SubscriptionSummary = {
   /** The last call delivered, or null when none was. */
   lastSuccessAt: Date | null;
   error: string | null;
+  /** Times it went to error in the last 24 hours: more than one is a flapping subscriber (its handshake passes, its notifications fail). */
+  deactivationsLastDay: number;
+  /** Deactivations and failed reactivation handshakes since it last delivered a notification (migration 0025). */
+  deactivationsInARow: number;
   createdAt: Date;
   /** A topic-based subscription's filters, payload level and latest event number; null for a classic one. */
   topic: TopicSummary | null;
@@ -53,6 +57,11 @@ function subscriptions(db: Db, caller: Caller | undefined) {
       (join) => join.onTrue(),
     )
     .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt', 'last_success.at as lastSuccessAt'])
+    .select('deactivations_in_a_row as deactivationsInARow')
+    .select(
+      sql<number>`(SELECT count(*)::int FROM webhook.deactivation_alerts deactivation
+                   WHERE deactivation.subscription_id = webhook.subscriptions.id AND deactivation.created_at > now() - interval '24 hours')`.as('deactivationsLastDay'),
+    )
     .select(
       sql<number>`(SELECT count(*)::int FROM webhook.delivery_attempts failed
                    WHERE failed.subscription_id = webhook.subscriptions.id AND failed.outcome <> 'delivered'

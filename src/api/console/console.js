@@ -65,6 +65,13 @@ function fill(table, rows) {
   target?.focus();
 }
 
+/** Its deactivations of the last 24 hours; more than one is marked: a flapping subscriber (its handshakes pass, its notifications fail). */
+function deactivationsCell({ deactivationsLastDay, deactivationsInARow }) {
+  const td = cell(String(deactivationsLastDay), deactivationsLastDay > 1 ? 'flapping' : undefined);
+  if (deactivationsLastDay > 1) td.title = `Flapping: ${deactivationsInARow} deactivations in a row without a delivery`;
+  return td;
+}
+
 /** A row that opens a subscription's detail on a click, or on Enter or Space when it has the focus. */
 function selectable(row, id) {
   row.dataset.key = id;
@@ -96,6 +103,7 @@ function renderSubscriptions(subscriptions) {
         cell(subscription.subscribedTo, 'code'),
         cell(subscription.endpoint, 'code'),
         cell(String(subscription.failedCallsSinceSuccess)),
+        deactivationsCell(subscription),
         subscription.lastSuccessAt === null ? cell('never') : timeCell(subscription.lastSuccessAt),
         cell(subscription.error),
       );

@@ -38,6 +38,8 @@ const subscriptionSummary = z.object({
   failedCallsSinceSuccess: z.number().describe('Calls that failed since the last one delivered, retries included'),
   lastSuccessAt: z.string().nullable().describe('The last call delivered (ISO 8601, UTC), or null'),
   error: z.string().nullable(),
+  deactivationsLastDay: z.number().describe('Times it went to error in the last 24 hours: more than one is a flapping subscriber'),
+  deactivationsInARow: z.number().describe('Deactivations and failed reactivation handshakes since it last delivered a notification'),
   createdAt: z.string(),
   topic: z.object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() }).nullable().describe('A topic-based subscription: its filters, payload level and latest event number'),
   subscribedTo: z.string().describe('Its criteria, or its topic with filters and payload level, in one line'),
