@@ -28,10 +28,17 @@ import type { ResendSelection } from './subscriptions/resend.ts';
 const loading = () => import('./loading/ndjson.ts');
 const overview = () => import('./operations/delivery-overview.ts');
 const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
-/** The widest a criteria or endpoint is shown in `subscriptions list`. */
-const listColumnWidth = 60;
+const reactivating = () =>
+  Promise.all([import('./subscriptions/reactivation.ts'), import('./subscriptions/secrets.ts'), import('./metrics/metrics.ts')]).then(([reactivation, secrets, metrics]) => ({
+    ...reactivation,
+    ...secrets,
+    ...metrics,
+  }));
 
 const resending = () => Promise.all([import('./subscriptions/resend.ts'), import('./subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
+
+/** The widest a criteria or endpoint is shown in `subscriptions list`. */
+const listColumnWidth = 60;
 
 /** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
 class CommandError extends Error {
@@ -190,6 +197,14 @@ function commandLine(): Command {
       }),
     );
 
+  subscriptions
+    .command('reactivate')
+    .description(
+      "send the reactivation handshake to a subscription in error now, its receiver fixed: on 2xx it is active (the events it missed are not sent). Run it with the service's settings: BASE_URL, SECRETS_ENCRYPTION_KEY, WEBHOOK_*, DELIVERY_* and OAUTH_*",
+    )
+    .argument('<id>', "the subscription's id")
+    .action((id: string) => reactivate(id));
+
   const topics = program.command('topics').description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
   topics
     .command('add')
@@ -281,7 +296,7 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   } else {
     throw new CommandError('Say which events: --event <number>, --attempt <id> or --failed-since <instant>.', 2);
   }
-  const { resendEvents, refusalReason } = await resending();
+  const { resendEvents, refusalReason, nothingToResend } = await resending();
   let outcome;
   try {
     outcome = await resendEvents(db, subscriptionId, selection);
@@ -292,7 +307,39 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   const line = (event: { eventNumber: number | null; resource: string }) => `${event.eventNumber === null ? '' : `event ${event.eventNumber} `}${event.resource}`;
   for (const event of outcome.queued) console.log(`Queued ${line(event)}`);
   for (const event of outcome.skipped) console.log(`Skipped ${line(event)}: ${event.reason}`);
-  if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log('Nothing to resend: no event failed for good since then.');
+  if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log(`${nothingToResend}.`);
+}
+
+/**
+ * `subscriptions reactivate`: the handshake now, from this process, as the
+ * service's $reactivate sends it (src/subscriptions/reactivation.ts); prints
+ * what became of it. Exits 1 when the subscription is not in error or the
+ * handshake failed.
+ */
+async function reactivate(id: string): Promise<void> {
+  if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
+  const { config, logger } = oneShot();
+  const { createCallContext, createMetrics, createSecretBox, reactivateOnRequest, secretsEncryptionKey } = await reactivating();
+  // Its headers and signing secret are opened with the service's key; a missing one is a configuration error (exit 2).
+  const box = createSecretBox(await secretsEncryptionKey(config));
+  await withDatabase(async ({ db }) => {
+    const calls = createCallContext({ db, box, baseUrl: config.baseUrl, namingSystem: config.webhookNamingSystem, delivery: config.delivery, oauth: config.oauth, metrics: createMetrics(), logger });
+    let outcome;
+    try {
+      outcome = await reactivateOnRequest(calls.context, id);
+    } catch (error) {
+      if (error instanceof FhirError) throw new CommandError(`${error.message}.`);
+      throw error;
+    } finally {
+      await calls.close();
+    }
+    const answered = outcome.httpStatus === undefined ? '' : ` with HTTP ${outcome.httpStatus}`;
+    console.log(
+      outcome.meanwhile
+        ? `Subscription ${id} is active: its receiver answered the handshake${answered}, and another reactivation got there first.`
+        : `Reactivated subscription ${id}: its receiver answered the handshake${answered}; it is active. The events it missed while in error are not sent (docs/operators.md says how to catch up).`,
+    );
+  });
 }
 
 /** Why a file to load cannot be read, in a user's words; undefined when it can. */

@@ -12,7 +12,7 @@ import { openDatabase } from './db/open.ts';
 import { startWorkers } from './dispatch/worker.ts';
 import { serveMetrics } from './metrics/exposition.ts';
 import { createMetrics } from './metrics/metrics.ts';
-import { createSecretBox, readOrCreateKeyFile } from './subscriptions/secrets.ts';
+import { createSecretBox, secretsEncryptionKey } from './subscriptions/secrets.ts';
 import { encryptEndpointCredentials } from './subscriptions/store.ts';
 
 /** Something started that must be stopped, newest first, when the service stops. */
@@ -64,6 +64,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       logger,
       rateLimitPerMinute: config.apiRateLimitPerMinute,
       responseTimeoutMs: config.delivery.responseTimeoutMs,
+      outbound: { delivery: config.delivery, oauth: config.oauth, metrics },
       // On the API's port unless METRICS_PORT gives them one of their own.
       ...(config.metricsPort === undefined ? { metrics } : {}),
     });
@@ -91,20 +92,6 @@ async function encryptStoredEndpointCredentials(database: DatabaseHandle, secret
   }
   const encrypted = await encryptEndpointCredentials(database.db, createSecretBox(secretsKey));
   if (encrypted > 0) logger.info({ subscriptions: encrypted }, 'encrypted the credentials of endpoints stored before migration 0015');
-}
-
-/**
- * SECRETS_ENCRYPTION_KEY, or with the embedded default a key made once and
- * kept beside the embedded data. A shared database without a key is refused:
- * a key made up per process would leave the stored secrets unreadable.
- */
-async function secretsEncryptionKey(config: Config): Promise<Buffer> {
-  if (config.secretsEncryptionKey) return config.secretsEncryptionKey;
-  if (config.databaseUrl === undefined) return readOrCreateKeyFile(config.embeddedDataDir);
-  throw new ConfigError(
-    'SECRETS_ENCRYPTION_KEY is required with DATABASE_URL (it encrypts subscription headers at rest). ' +
-      'Make one with: openssl rand -base64 32   (or: node -e "console.log(crypto.randomBytes(32).toString(\'base64\'))")',
-  );
 }
 
 /**

@@ -143,7 +143,7 @@ describe.skipIf(!installed && process.env.CI === undefined)("the delivery consol
     const failed = page.locator('#attempts tbody tr', { hasText: 'notification' });
     await expect.poll(() => failed.count()).toBe(1);
     await failed.locator('button.resend').click();
-    await expect.poll(() => page.textContent('#resend-result')).toBe(`Not resent: Subscription/${scene.failing} is error: only an active subscription is sent to (one in error is reactivated by its next event; resend then)`);
+    await expect.poll(() => page.textContent('#resend-result')).toBe(`Not resent: Subscription/${scene.failing} is error: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`);
     // The browser logs the refused request itself; the page's script threw nothing.
     expect(errors.filter((error) => !error.includes('status of 400'))).toEqual([]);
     await page.close();

@@ -24,7 +24,9 @@ import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { topicRoutes } from './routes/topics.ts';
-import { defaultResponseTimeoutMs } from '../config/index.ts';
+import { defaultResponseTimeoutMs, loadConfig, type Config } from '../config/index.ts';
+import { createMetrics } from '../metrics/metrics.ts';
+import { createCallContext } from '../subscriptions/reactivation.ts';
 
 export type AppOptions = {
   database: DatabaseHandle;
@@ -43,6 +45,13 @@ export type AppOptions = {
   metrics?: Metrics;
   /** DELIVERY_RESPONSE_TIMEOUT_MS: the longest backport-timeout a subscription may ask for. */
   responseTimeoutMs?: number;
+  /**
+   * How the API calls a subscriber itself, for an operator's $reactivate: the
+   * delivery settings (SSRF guard, timeouts, signatures), the OAuth client,
+   * and the registry that counts the call. Default: the configuration's
+   * defaults (the SSRF guard on), no OAuth, a registry of its own.
+   */
+  outbound?: { delivery: Config['delivery']; oauth: Config['oauth']; metrics: Metrics };
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -60,6 +69,7 @@ export async function buildApp({
   rateLimitPerMinute = 6000,
   metrics,
   responseTimeoutMs = defaultResponseTimeoutMs,
+  outbound = { delivery: loadConfig({}).delivery, oauth: undefined, metrics: createMetrics() },
 }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger,
@@ -142,6 +152,8 @@ export async function buildApp({
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem, responseTimeoutMs };
+  const calls = createCallContext({ db: database.db, box: subscriptions.box, baseUrl, namingSystem: webhookNamingSystem, logger, ...outbound });
+  app.addHook('onClose', () => calls.close());
   await app.register(
     async (fhir) => {
       await requireKeyWithinLimit(fhir);
@@ -156,7 +168,7 @@ export async function buildApp({
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { db: database.db, serviceBase, softwareVersion: packageJson.version });
-      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions });
+      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions, calls: calls.context });
       await fhir.register(topicRoutes, { db: database.db, serviceBase });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase, subscriptions });
       await fhir.register(searchRoutes, { db: database.db, serviceBase });

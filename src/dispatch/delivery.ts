@@ -43,6 +43,13 @@ export type DispatchContext = {
   logger: Logger;
 };
 
+/**
+ * What calling a subscriber needs, without the workers' job queue and mailer:
+ * a worker's context, or the one an API or CLI process makes for an
+ * operator's reactivation (src/subscriptions/reactivation.ts).
+ */
+export type CallContext = Omit<DispatchContext, 'workerUtils' | 'mailer' | 'alertIntervalSeconds' | 'logger'> & { logger: Pick<Logger, 'info' | 'warn'> };
+
 /** A subscription as a task sees it: its secrets decrypted. */
 export type Target = {
   id: string;
@@ -77,7 +84,7 @@ export type TopicTarget = {
   timeoutMs: number | undefined;
 };
 
-export async function loadTarget(context: DispatchContext, id: string): Promise<Target | undefined> {
+export async function loadTarget(context: CallContext, id: string): Promise<Target | undefined> {
   const row = await context.db
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
@@ -129,7 +136,7 @@ export class ShutdownAbort extends Error {
  * that outlasts graphile-worker's patience (5 s) aborts the call, and
  * ShutdownAbort is thrown.
  */
-export async function call(context: DispatchContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
+export async function call(context: CallContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
   const body = Buffer.from(JSON.stringify(resource));
   let token: string | undefined;
   if (context.tokens) {
@@ -181,7 +188,7 @@ export async function call(context: DispatchContext, target: Target, resource: u
  * entry has the request and the response that made it (R4's bdl-3, bdl-4):
  * the status is what GET {subscription}/$status would answer, as the IG's.
  */
-export function handshakeBundle(context: DispatchContext, target: Target, eventsSinceSubscriptionStart = 0): unknown {
+export function handshakeBundle(context: CallContext, target: Target, eventsSinceSubscriptionStart = 0): unknown {
   if (target.topic !== undefined) {
     const subject = statusSubject(context, target, target.topic);
     return notificationBundle(statusParameters(subject, 'handshake', eventsSinceSubscriptionStart, []), subject, []);
@@ -245,7 +252,7 @@ export async function recordAttempt(db: Db, ...record: Parameters<typeof attempt
 }
 
 /** The calls a task recorded, counted by kind and outcome with their durations: once their transaction has committed. */
-export function countCalls(context: DispatchContext, records: AttemptRecord[]): void {
+export function countCalls(context: CallContext, records: AttemptRecord[]): void {
   for (const record of records) context.metrics.called(record.kind, record.outcome, record.duration_ms);
 }
 

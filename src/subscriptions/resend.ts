@@ -44,7 +44,7 @@ export async function resendEvents(db: Db, subscriptionId: string, selection: Re
     : undefined;
   if (subscription === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
   if (subscription.status !== 'active') {
-    throw refusal(`Subscription/${subscriptionId} is ${subscription.status}: only an active subscription is sent to (one in error is reactivated by its next event; resend then)`);
+    throw refusal(`Subscription/${subscriptionId} is ${subscription.status}: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`);
   }
   const candidates = await candidatesOf(db, subscription, selection);
   const onTopic = subscription.topic_id !== null;

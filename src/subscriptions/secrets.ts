@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { ConfigError, type Config } from '../config/index.ts';
 
 /**
  * AES-256-GCM for the subscription secrets at rest (channel headers, signing
@@ -37,4 +38,20 @@ export async function readOrCreateKeyFile(dataDir: string): Promise<Buffer> {
   const key = randomBytes(32);
   await writeFile(file, `${key.toString('base64')}\n`, { mode: 0o600 });
   return key;
+}
+
+/**
+ * SECRETS_ENCRYPTION_KEY, or with the embedded default a key made once and
+ * kept beside the embedded data. A shared database without a key is refused:
+ * a key made up per process would leave the stored secrets unreadable. What
+ * the service starts with, and what a CLI command that calls a subscriber
+ * (`subscriptions reactivate`) decrypts its headers with.
+ */
+export async function secretsEncryptionKey(config: Config): Promise<Buffer> {
+  if (config.secretsEncryptionKey) return config.secretsEncryptionKey;
+  if (config.databaseUrl === undefined) return readOrCreateKeyFile(config.embeddedDataDir);
+  throw new ConfigError(
+    'SECRETS_ENCRYPTION_KEY is required with DATABASE_URL (it encrypts subscription headers at rest). ' +
+      'Make one with: openssl rand -base64 32   (or: node -e "console.log(crypto.randomBytes(32).toString(\'base64\'))")',
+  );
 }

@@ -1,6 +1,6 @@
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import pino from 'pino';
-import { buildApp } from '../../src/api/app.ts';
+import { buildApp, type AppOptions } from '../../src/api/app.ts';
 import { createApiKey } from '../../src/auth/api-keys.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import { createTestDatabase, type TestDatabase } from './database.ts';
@@ -29,14 +29,15 @@ export type TestApp = {
  * The API on its own test database, driven with Fastify's inject (no socket
  * needed); serving /metrics if asked. With `listen`, it also listens on a
  * loopback port and names itself by that address in its links, for a client
- * that follows them (fhir-kit-client's nextPage).
+ * that follows them (fhir-kit-client's nextPage). With `outbound`, the
+ * settings of the calls the API makes itself ($reactivate).
  */
-export async function startTestApp(options: { metrics?: boolean; listen?: boolean } = {}): Promise<TestApp> {
+export async function startTestApp(options: { metrics?: boolean; listen?: boolean; outbound?: AppOptions['outbound'] } = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const metrics = options.metrics === true ? createMetrics(database.db) : undefined;
   const port = options.listen === true ? await freePort() : undefined;
   const appBaseUrl = port === undefined ? baseUrl : `http://127.0.0.1:${port}`;
-  const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics });
+  const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), metrics, outbound: options.outbound });
   if (port !== undefined) await app.listen({ port, host: '127.0.0.1' });
   const { key: apiKey } = await createApiKey(database.db, 'test');
   return {

@@ -1,10 +1,13 @@
 // The delivery console: refreshed every second, one refresh at a time; it changes nothing but on a
-// Resend button (the API's $resend, which needs the write scope). The API key stays in this tab's
+// Resend button (the API's $resend) or a Reactivate button (its $reactivate), which need the write
+// scope. The API key stays in this tab's
 // sessionStorage and goes in the x-api-key header of the console's JSON requests; every text
 // from the server is set as textContent, never as HTML.
 const refreshMs = 1000;
 const keyItem = 'fhir-webhooks-console-key';
 let selected;
+/** The subscriptions whose reactivation is under way: their button waits for the answer. */
+const reactivating = new Set();
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -106,6 +109,7 @@ function renderSubscriptions(subscriptions) {
         deactivationsCell(subscription),
         subscription.lastSuccessAt === null ? cell('never') : timeCell(subscription.lastSuccessAt),
         cell(subscription.error),
+        subscription.status === 'error' ? reactivateCell(subscription.id) : cell(''),
       );
       return selectable(row, subscription.id);
     }),
@@ -158,18 +162,61 @@ function resendCell(subscriptionId, attemptId) {
     const result = $('#resend-result');
     result.textContent = 'Resending…';
     try {
-      const response = await fetch(`/fhir/resources/Subscription/${encodeURIComponent(subscriptionId)}/$resend`, {
-        method: 'POST',
-        headers: { 'x-api-key': sessionStorage.getItem(keyItem) ?? '', 'content-type': 'application/fhir+json' },
-        body: JSON.stringify({ resourceType: 'Parameters', parameter: [{ name: 'attempt', valueString: attemptId }] }),
+      const body = await postOperation(`/fhir/resources/Subscription/${encodeURIComponent(subscriptionId)}/$resend`, {
+        resourceType: 'Parameters',
+        parameter: [{ name: 'attempt', valueString: attemptId }],
       });
-      const body = await response.json();
-      if (!response.ok) throw new Refused(response.status, body.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
       const resources = body.parameter.filter((parameter) => parameter.name === 'queued').map((parameter) => parameter.part.at(-1).valueReference.reference);
       result.textContent = `Queued ${resources.join(', ')}`;
     } catch (error) {
       // The subscription endpoints' refusal format (the spec's) around the reason.
       result.textContent = `Not resent: ${error.message.replace(/^ValidationError: \['(.*)'\]$/s, '$1')}`;
+    }
+    void refreshNow();
+  });
+  td.append(button);
+  return td;
+}
+
+/** Where a button's request goes: the FHIR API, with the key; its answer, or the refusal's reason (a Refused). */
+async function postOperation(path, body) {
+  const response = await fetch(path, {
+    method: 'POST',
+    headers: { 'x-api-key': sessionStorage.getItem(keyItem) ?? '', ...(body === undefined ? {} : { 'content-type': 'application/fhir+json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const answer = await response.json();
+  if (!response.ok) throw new Refused(response.status, answer.issue?.[0]?.details?.text ?? `HTTP ${response.status}`);
+  return answer;
+}
+
+/**
+ * A subscription in error, its receiver fixed: a button that sends the reactivation handshake now
+ * (POST …/Subscription/{id}/$reactivate), waits for it, and says what became of it.
+ */
+function reactivateCell(subscriptionId) {
+  const td = document.createElement('td');
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'reactivate';
+  button.disabled = reactivating.has(subscriptionId);
+  button.textContent = button.disabled ? 'Reactivating…' : 'Reactivate';
+  button.title = 'Send the reactivation handshake now: on 2xx it is active';
+  button.addEventListener('click', async (event) => {
+    // The row's own click selects it; this one only reactivates.
+    event.stopPropagation();
+    const result = $('#reactivate-result');
+    reactivating.add(subscriptionId);
+    button.disabled = true;
+    button.textContent = 'Reactivating…';
+    result.textContent = `Reactivating ${subscriptionId}…`;
+    try {
+      const subscription = await postOperation(`/fhir/resources/Subscription/${encodeURIComponent(subscriptionId)}/$reactivate`);
+      result.textContent = `Reactivated ${subscription.id}: it is ${subscription.status}`;
+    } catch (error) {
+      result.textContent = `Not reactivated: ${error.message}`;
+    } finally {
+      reactivating.delete(subscriptionId);
     }
     void refreshNow();
   });

@@ -1,0 +1,120 @@
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../config/index.ts';
+import type { Db } from '../db/database.ts';
+import type { SubscriptionStatus } from '../db/schema.ts';
+import { loadTarget, type CallContext } from '../dispatch/delivery.ts';
+import { createTokenProvider } from '../dispatch/oauth.ts';
+import { OriginCalls } from '../dispatch/origin-calls.ts';
+import { createDeliveryAgent } from '../dispatch/ssrf.ts';
+import { reactivationHandshake } from '../dispatch/tasks/reactivation.ts';
+import { FhirError, notFound } from '../fhir/outcome.ts';
+import type { Metrics } from '../metrics/metrics.ts';
+import type { SecretBox } from './secrets.ts';
+import { isSuperseded } from './state.ts';
+import { isUuid, visibleTo, type Caller } from './store.ts';
+
+/**
+ * Reactivation on an operator's request: a subscription in `error` whose
+ * receiver has been fixed is sent the reactivation handshake now, rather than
+ * at its next matching event (the specification's path, which stays). The
+ * same handshake, record and change as an event's (reactivationHandshake in
+ * src/dispatch/tasks/reactivation.ts): on 2xx it is `active`, its failure
+ * count reset; the events it missed while in `error` are not sent ($events
+ * and $resend fetch and send them). The request waits for the call, bounded
+ * by DELIVERY_RESPONSE_TIMEOUT_MS, and is not held by the wait that keeps a
+ * flapping subscriber in `error` (webhook.reactivation_backoff): the operator
+ * says the receiver is fixed. Like an event's, a successful handshake does not
+ * end that run of deactivations (a delivery does), and a failed one lengthens it.
+ */
+
+/** What the request came to, when the subscription is active after it. */
+export type OnRequestReactivation = {
+  /** The receiver's answer to the handshake. */
+  httpStatus: number | undefined;
+  /** Another reactivation (an event's, another request's) made it active while this handshake was in flight. */
+  meanwhile: boolean;
+};
+
+/**
+ * Reactivates Subscription/`subscriptionId` now. `caller` is the API client
+ * (its own subscriptions, or all with the admin scope); none for an operator
+ * at the CLI. Throws a FhirError: 404 not known (or another key's), 409 not
+ * in `error` or superseded, 502 the handshake failed (the subscription stays in
+ * `error` with the new reason).
+ */
+export async function reactivateOnRequest(context: CallContext, subscriptionId: string, caller?: Caller): Promise<OnRequestReactivation> {
+  const found = isUuid(subscriptionId)
+    ? await visibleTo(context.db.selectFrom('webhook.subscriptions'), caller).select(['id', 'status']).where('id', '=', subscriptionId).executeTakeFirst()
+    : undefined;
+  if (found === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
+  const refusal = await whyNotReactivated(context.db, found);
+  if (refusal !== undefined) throw refusal;
+  const target = await loadTarget(context, found.id);
+  if (target === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
+  // Each request is a message of its own (its webhook-id): the service never sends it again.
+  const { result, reason, reactivated } = await reactivationHandshake(context, target, { message: `reactivation handshake requested ${randomUUID()}` });
+  const requestedBy = caller === undefined ? 'an operator (CLI)' : `API key ${caller.apiKeyId}`;
+  if (result.verdict !== 'delivered') {
+    context.logger.info({ subscriptionId: found.id, requestedBy, reason }, 'subscription reactivation on request failed; still in error');
+    throw new FhirError(502, 'transient', `Subscription/${found.id} was not reactivated. ${reason}`);
+  }
+  if (reactivated) {
+    context.logger.info({ subscriptionId: found.id, requestedBy }, 'subscription reactivated on request');
+    return { httpStatus: result.httpStatus, meanwhile: false };
+  }
+  // The handshake passed, but the subscription changed meanwhile: active is what was asked; anything else is refused as it now is.
+  const now = await context.db.selectFrom('webhook.subscriptions').select(['id', 'status']).where('id', '=', found.id).executeTakeFirstOrThrow();
+  if (now.status === 'active') return { httpStatus: result.httpStatus, meanwhile: true };
+  throw (await whyNotReactivated(context.db, now)) ?? new FhirError(409, 'conflict', `Subscription/${found.id} changed while its handshake was in flight: ask again`);
+}
+
+/** Why a subscription cannot be reactivated (409), or undefined when it can: in `error`, and not superseded. */
+async function whyNotReactivated(db: Db, { id, status }: { id: string; status: SubscriptionStatus }): Promise<FhirError | undefined> {
+  const conflict = (why: string) => new FhirError(409, 'conflict', `Subscription/${id} ${why}`);
+  switch (status) {
+    case 'active':
+      return conflict('is active: only a subscription in error is reactivated');
+    case 'requested':
+      return conflict('is requested: its handshake is under way (or waiting for its retry), and decides; only a subscription in error is reactivated');
+    case 'off':
+      return conflict('is off: a subscription switched off never comes back; create a new one');
+  }
+  if (await isSuperseded(db, id)) {
+    return conflict('is superseded: a newer subscription exists for its criteria, and a superseded subscription is never called again (switching the criteria off ends it)');
+  }
+  return undefined;
+}
+
+export type CallSettings = {
+  db: Db;
+  box: SecretBox;
+  baseUrl: string;
+  namingSystem: string;
+  delivery: Config['delivery'];
+  oauth: Config['oauth'];
+  metrics: Metrics;
+  logger: CallContext['logger'];
+};
+
+/**
+ * What a process without workers (the API's, a CLI command's) calls
+ * subscribers with: the SSRF-guarded agent, places per origin and the OAuth
+ * client, made as the workers make theirs (src/dispatch/worker.ts). close()
+ * ends the agent's connections.
+ */
+export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
+  const { delivery } = settings;
+  const dispatcher = createDeliveryAgent({
+    allowPrivateNetworks: delivery.allowPrivateNetworks,
+    connectTimeoutMs: delivery.connectTimeoutMs,
+    responseTimeoutMs: delivery.responseTimeoutMs,
+    maxConnectionsPerOrigin: delivery.maxConnectionsPerOrigin,
+  });
+  const context: CallContext = {
+    ...settings,
+    dispatcher,
+    originCalls: new OriginCalls(delivery.maxConnectionsPerOrigin),
+    tokens: oauth === undefined ? undefined : createTokenProvider(oauth),
+  };
+  return { context, close: () => dispatcher.close() };
+}
