@@ -15,6 +15,8 @@ COPY --from=dependencies /app/node_modules ./node_modules
 COPY package.json ./
 COPY db ./db
 COPY src ./src
+# npm run cli checks the Node version first (package.json).
+COPY scripts/require-node.js ./scripts/
 USER node
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s CMD ["node", "-e", "fetch('http://127.0.0.1:8080/readyz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

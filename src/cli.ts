@@ -37,8 +37,11 @@ const reactivating = () =>
 
 const resending = () => Promise.all([import('./subscriptions/resend.ts'), import('./subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
 
-/** The widest a criteria or endpoint is shown in `subscriptions list`. */
-const listColumnWidth = 60;
+/**
+ * The widest a column is padded to: a longer value (a topic with its filters, an endpoint with its
+ * query) runs past its column on its own line rather than widening every line.
+ */
+const maxColumnWidth = 60;
 
 /** A command that failed for a reason it prints; exit status 1, or 2 for input refused (as commander's usage errors). */
 class CommandError extends Error {
@@ -142,7 +145,7 @@ function commandLine(): Command {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description(`list the subscriptions: id, status, failed calls since the last success, deactivations in the last 24 hours (more than one: a flapping subscriber), the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; criteria and endpoints over ${listColumnWidth} characters are shortened (subscriptions show has them whole)`)
+    .description(`list the subscriptions: id, status, failed calls since the last success, deactivations in the last 24 hours (more than one: a flapping subscriber), the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; a value over ${maxColumnWidth} characters runs past its column on its own line`)
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
@@ -153,9 +156,8 @@ function commandLine(): Command {
           String(row.failedCallsSinceSuccess),
           String(row.deactivationsLastDay),
           row.lastSuccessAt?.toISOString() ?? 'never',
-          // The longest of them would set every line's width: shortened here, whole in `subscriptions show`.
-          shortened(subscribedTo(row), listColumnWidth),
-          shortened(row.endpoint, listColumnWidth),
+          subscribedTo(row),
+          row.endpoint,
           row.error ?? '',
         ]);
         console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'DEACTIVATIONS 24H', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
@@ -445,12 +447,8 @@ function plural(count: number, noun: string): string {
 
 /** The subscriber's answer on one line of a table: its line breaks as spaces, at most 120 characters. */
 function oneLine(text: string): string {
-  return shortened(text.replace(/\s+/g, ' ').trim(), 120);
-}
-
-/** At most `max` characters, the last an ellipsis when it was longer. */
-function shortened(text: string, max: number): string {
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > 120 ? `${flat.slice(0, 119)}…` : flat;
 }
 
 /**
@@ -575,7 +573,7 @@ async function psql(args: string[]): Promise<void> {
 }
 
 function table(header: string[], rows: string[][]): string {
-  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+  const widths = header.map((title, column) => Math.max(title.length, Math.min(maxColumnWidth, Math.max(0, ...rows.map((row) => row[column]!.length)))));
   return [header, ...rows].map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
 }
 

@@ -91,6 +91,8 @@ describe('deactivation alert by e-mail', () => {
     expect(body).toContain(`Undelivered resource: ${alert.undeliveredResourceUrl}\n`);
     expect(body).toContain(`Deactivated at:       ${alert.deactivatedAt}\n`);
     expect(body).toContain('The next event matching the criteria makes the service send the handshake again');
+    expect(body).toContain("the subscription's $reactivate operation");
+    expect(body).toContain('`subscriptions reactivate <id>`');
     expect(body).toContain('create a new subscription for the same criteria');
   });
 

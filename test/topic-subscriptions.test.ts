@@ -452,7 +452,7 @@ describe('what operators see', () => {
     expect(show.exitCode).toBe(0);
     expect(show.output).toContain(`  criteria  ${topicUrl}\n  filters   Encounter?patient=Patient/operators\n  payload   empty\n  events    1 (the latest event's number)\n`);
     const list = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'list', '--status', 'active'], environment);
-    expect(list.output).toMatch(new RegExp(`${id}\\s+active\\s+0\\s+\\S+Z\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`));
+    expect(list.output).toMatch(new RegExp(`${id}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`));
 
     const { rows } = await t.database.pool.query(`SELECT topic_url, topic_version, filter_criteria, payload_content, last_event_number FROM webhook.topic_subscriptions WHERE subscription_id = $1`, [id]);
     expect(rows).toEqual([{ topic_url: topicUrl, topic_version: '1.0.0', filter_criteria: ['Encounter?patient=Patient/operators'], payload_content: 'empty', last_event_number: '1' }]);

@@ -138,7 +138,7 @@ function checkLine(text: string): Resource | string {
   const resource = value as Record<string, unknown>;
   if (typeof resource.resourceType !== 'string') return 'no resourceType';
   if (!isResourceType(resource.resourceType)) return `unknown resourceType '${resource.resourceType}': not a FHIR R4 resource type`;
-  if (resource.resourceType === 'Subscription') return 'a Subscription: subscriptions are created through the API (POST /Subscription), not loaded';
+  if (resource.resourceType === 'Subscription') return 'a Subscription: subscriptions are created through the API (POST /fhir/resources/Subscription), not loaded';
   if (resource.id !== undefined && (typeof resource.id !== 'string' || !fhirIdPattern.test(resource.id))) {
     return `invalid id ${JSON.stringify(resource.id)}: FHIR ids are 1-64 characters of A-Z, a-z, 0-9, '-' and '.'`;
   }

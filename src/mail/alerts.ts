@@ -93,7 +93,7 @@ function alertText(alert: DeactivationAlert): string {
     // One line per fact, even for an error message quoting a multi-line answer of the endpoint.
     ...facts.map(([label, value]) => `${`${label}:`.padEnd(22)}${value.replace(/\s*[\r\n]+\s*/g, ' ')}`),
     '',
-    'To reactivate it, make the endpoint answer again; nothing needs changing on our side. The next event matching the criteria makes the service send the handshake again: a 2xx answer makes the subscription active and that event is delivered. Events missed meanwhile are not resent, the undelivered resource included.',
+    'To reactivate it, make the endpoint answer again; nothing needs changing on our side. The next event matching the criteria makes the service send the handshake again: a 2xx answer makes the subscription active and that event is delivered. Or, once the endpoint is fixed, have it reactivated now: the subscription\'s $reactivate operation (write scope), or `subscriptions reactivate <id>` for an operator. Events missed meanwhile are not resent, the undelivered resource included.',
     '',
     'To move to another endpoint instead, create a new subscription for the same criteria: a subscription in error does not hold its criteria, and only requested or active ones can be switched off.',
     '',

@@ -87,7 +87,8 @@ function selectable(row, id) {
   };
   row.addEventListener('click', open);
   row.addEventListener('keydown', (event) => {
-    if (event.key !== 'Enter' && event.key !== ' ') return;
+    // A key on a button in the row is the button's.
+    if (event.target !== row || (event.key !== 'Enter' && event.key !== ' ')) return;
     event.preventDefault();
     open();
   });
