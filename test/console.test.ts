@@ -1,19 +1,14 @@
-import { spawnSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
 import { startTestApp, type TestApp } from './support/app.ts';
+import { chromiumMissing, launchChromium } from './support/chromium.ts';
 import { startHealthyAndFailing, type HealthyAndFailing } from './support/subscriptions.ts';
 
-/**
- * The delivery console in a real browser: Debian's Chromium (.ci/run installs
- * it), driven by playwright-core. Without it, outside CI, the suite is skipped.
- */
-const chromiumPath = '/usr/bin/chromium';
-const installed = spawnSync(chromiumPath, ['--version']).status === 0;
+/** The delivery console in a real browser (test/support/chromium.ts). */
 const screenshots = path.resolve('.ci/screenshots');
 
 let t: TestApp;
@@ -23,7 +18,7 @@ let consoleUrl: string;
 let apiKey: string;
 
 beforeAll(async () => {
-  if (!installed && process.env.CI === undefined) return;
+  if (chromiumMissing) return;
   t = await startTestApp();
   await t.app.listen({ port: 0, host: '127.0.0.1' });
   consoleUrl = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}/console`;
@@ -34,10 +29,7 @@ beforeAll(async () => {
     failingStatus: 500,
   });
   apiKey = (await createApiKey(t.database.db, 'console', ['read', 'admin'])).key;
-  browser = await chromium.launch({
-    executablePath: chromiumPath,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 }, 60_000);
 
 afterAll(async () => {
@@ -58,7 +50,7 @@ async function openConsole(): Promise<{ page: Page; errors: string[] }> {
   return { page, errors };
 }
 
-describe.skipIf(!installed && process.env.CI === undefined)("the delivery console in Chromium (Debian's chromium; skipped where it is missing, outside CI)", () => {
+describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chromium; skipped where it is missing, outside CI)", () => {
   it('refuses an unknown key, saying why', async () => {
     const { page, errors } = await openConsole();
     await page.fill('#key', 'not-a-key');

@@ -1,8 +1,7 @@
 import { readFileSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { verify } from '@octokit/webhooks-methods';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
@@ -14,6 +13,7 @@ import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
 import { childEnvironment, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
+import { chromiumMissing, launchChromium } from './support/chromium.ts';
 import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
 /**
@@ -373,21 +373,14 @@ describe('subscriptions reactivate ID (CLI)', () => {
   });
 });
 
-/** Debian's Chromium, as test/console.test.ts drives it (.ci/run installs it); skipped where it is missing, outside CI. */
-const chromiumPath = '/usr/bin/chromium';
-const chromiumInstalled = spawnSync(chromiumPath, ['--version']).status === 0;
-
-describe.skipIf(!chromiumInstalled && process.env.CI === undefined)("the console's Reactivate button (Debian's chromium)", () => {
+describe.skipIf(chromiumMissing)("the console's Reactivate button (Debian's chromium)", () => {
   let browser: Browser;
   let consoleUrl: string;
 
   beforeAll(async () => {
     await t.app.listen({ port: 0, host: '127.0.0.1' });
     consoleUrl = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}/console`;
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   }, 60_000);
   afterAll(async () => {
     await browser?.close();
