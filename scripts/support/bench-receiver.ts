@@ -8,8 +8,9 @@ import type { AddressInfo } from 'node:net';
  * measured in the benchmark's process is the dispatcher. It answers 200 at
  * once, checks every signature against BENCH_SECRET, and reports each call
  * (batched per event-loop turn) over IPC: the path (one per subscription),
- * the resource id, version and lastUpdated, whether the signature held, and
- * when the body was in (epoch ms, comparable across processes on one machine).
+ * the resource id, version and lastUpdated (a topic-based notification: the
+ * numbers of its events), whether the signature held, and when the body was
+ * in (epoch ms, comparable across processes on one machine).
  * Under /hang/ it answers handshakes and never answers a notification: a
  * subscriber that hangs until the dispatcher's response timeout. During an
  * outage (setOutage), notifications under /flaky/ are answered 503 (their
@@ -18,7 +19,10 @@ import type { AddressInfo } from 'node:net';
 
 export type Receipt = {
   path: string;
-  kind: 'handshake' | 'resource';
+  /** A classic notification (`resource`), a topic-based one's event notification (`notification`), or any other history Bundle (a handshake, a heartbeat). */
+  kind: 'handshake' | 'resource' | 'notification';
+  /** A topic-based notification's event numbers, in its order (none for the other kinds). */
+  eventNumbers: number[];
   id: string;
   versionId: string;
   /** The resource's meta.lastUpdated as epoch ms, microseconds kept as the fraction (NaN without one). */
@@ -85,10 +89,11 @@ function serve(secret: string): void {
       const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(body).digest('hex')}`);
       const received = Buffer.from(String(request.headers['x-hub-signature'] ?? ''));
       const signatureOk = received.length === expected.length && timingSafeEqual(received, expected);
-      const json = JSON.parse(body.toString('utf8')) as { resourceType?: string; type?: string; id?: string; meta?: { versionId?: string; lastUpdated?: string } };
-      const kind = json.resourceType === 'Bundle' && json.type === 'history' ? 'handshake' : 'resource';
+      const json = JSON.parse(body.toString('utf8')) as Notified;
+      const eventNumbers = topicEventNumbers(json);
+      const kind = json.resourceType === 'Bundle' && json.type === 'history' ? (eventNumbers.length > 0 ? 'notification' : 'handshake') : 'resource';
       const lastUpdated = json.meta?.lastUpdated === undefined ? Number.NaN : parseInstant(json.meta.lastUpdated);
-      batch.push({ path: request.url ?? '', kind, id: json.id ?? '', versionId: json.meta?.versionId ?? '', lastUpdated, signatureOk, receivedAt });
+      batch.push({ path: request.url ?? '', kind, eventNumbers, id: json.id ?? '', versionId: json.meta?.versionId ?? '', lastUpdated, signatureOk, receivedAt });
       if (!flushing) {
         flushing = true;
         setImmediate(flush);
@@ -98,6 +103,21 @@ function serve(secret: string): void {
   server.keepAliveTimeout = 60_000;
   server.listen(0, '127.0.0.1', () => process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port } satisfies Message));
   process.on('disconnect', () => process.exit(0));
+}
+
+/** What the receiver reads of a body: a resource's id and meta, or a history Bundle's status Parameters first. */
+type Notified = {
+  resourceType?: string;
+  type?: string;
+  id?: string;
+  meta?: { versionId?: string; lastUpdated?: string };
+  entry?: { resource?: { parameter?: { name?: string; part?: { name?: string; valueString?: string }[] }[] } }[];
+};
+
+/** The event numbers of a topic-based notification's status (its notification-event parameters), in its order. */
+function topicEventNumbers(json: Notified): number[] {
+  const parameters = json.resourceType === 'Bundle' ? (json.entry?.[0]?.resource?.parameter ?? []) : [];
+  return parameters.filter((parameter) => parameter.name === 'notification-event').map((event) => Number(event.part?.find((part) => part.name === 'event-number')?.valueString));
 }
 
 /** A FHIR instant with microseconds (2026-01-01T09:00:00.123456Z) as epoch ms, keeping the fraction. */

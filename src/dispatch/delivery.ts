@@ -82,6 +82,8 @@ export type TopicTarget = {
   shapes: TopicShape[];
   /** backport-timeout, when it asks for less than DELIVERY_RESPONSE_TIMEOUT_MS. */
   timeoutMs: number | undefined;
+  /** backport-max-count: at most this many events in one notification (1 when the subscription does not say). */
+  maxCount: number;
 };
 
 export async function loadTarget(context: CallContext, id: string): Promise<Target | undefined> {
@@ -89,7 +91,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.payload_content', 's.timeout_seconds', 's.max_count', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
     .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
@@ -101,6 +103,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
           payloadContent: row.payload_content,
           shapes: (row.topic_compiled as CompiledTopic).shapes,
           timeoutMs: row.timeout_seconds === null ? undefined : row.timeout_seconds * 1000,
+          maxCount: row.max_count ?? 1,
         };
   return {
     id: row.id,

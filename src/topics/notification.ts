@@ -116,6 +116,17 @@ export function notificationBundle(status: FhirResource, subject: StatusSubject,
   };
 }
 
+/**
+ * An event notification of one or more events (at most the subscription's
+ * max-count), in event-number order: one `notification-event` each, its
+ * focus and additional context as entries, and
+ * `events-since-subscription-start` the last event's number (the IG: the
+ * events so far, those of this notification included).
+ */
+export function eventNotification(subject: StatusSubject, events: TopicEvent[]): FhirResource {
+  return notificationBundle(statusParameters(subject, 'event-notification', events.at(-1)!.eventNumber, events), subject, events);
+}
+
 type Entry = { fullUrl: string; resource?: FhirResource; request: { method: string; url: string }; response: { status: string; etag?: string } };
 
 function focusEntry(event: TopicEvent, subject: StatusSubject): Entry {

@@ -7,7 +7,7 @@ import { FhirError } from '../../fhir/outcome.ts';
 import { resolveIncludes } from '../../search/criteria.ts';
 import { includedResources } from '../../search/search.ts';
 import { countRefusals, deactivate } from '../../subscriptions/state.ts';
-import { describeEvents, notificationBundle, statusParameters } from '../../topics/notification.ts';
+import { describeEvents, eventNotification } from '../../topics/notification.ts';
 import {
   attemptRecord,
   call,
@@ -16,6 +16,7 @@ import {
   retryDelay,
   ShutdownAbort,
   statusSubject,
+  type AttemptOutcome,
   type DispatchContext,
   type Target,
   type TopicTarget,
@@ -44,23 +45,27 @@ export type ClaimMore = (afterEventId: string) => Promise<Batch>;
 
 /**
  * A claim's delivery: the events of one active subscription, in log order,
- * at most `target.parallelCalls` calls in flight to the subscriber (one at a
- * time, in event-number order, for a topic-based subscription that does not
- * ask for more). The claim has already set aside the versions the
- * subscriber must not get (an older one after a newer) and numbered the
- * rest. While a full batch is sent, the subscription's next events are
- * claimed (`claimMore`), and sent as soon as the batch's calls are done,
- * while the batch is recorded: a long stream does not wait between batches.
+ * as notifications (one event each, or up to a topic-based subscription's
+ * max-count: notificationsOf), at most `target.parallelCalls` calls in
+ * flight to the subscriber (one at a time, in event-number order, for a
+ * topic-based subscription that does not ask for more). The claim has
+ * already set aside the versions the subscriber must not get (an older one
+ * after a newer) and numbered the rest. While a full batch is sent, the
+ * subscription's next events are claimed (`claimMore`), and sent as soon as
+ * the batch's calls are done, while the batch is recorded: a long stream
+ * does not wait between batches.
  *
- * Failures are counted per event: a retryable one is tried again with
- * jittered spacing, up to DELIVERY_MAX_FAILURES attempts, and the last one
- * failing deactivates the subscription; a permanent one ends the event and
- * counts one more event in a row refused for good (DELIVERY_MAX_FAILURES of
- * them deactivate). After a retryable failure no new call starts: the
- * subscriber is likely down, and the events not yet sent wait for the retry
- * with the failed ones; after any failure the claim ends with its batch.
- * Each batch is recorded in one statement when all went well, else in one
- * transaction with the state changes that follow, the claim released.
+ * A call's answer decides every event it carries. Attempts are counted per
+ * event (the events of one notification have the same count): a retryable
+ * failure is tried again with jittered spacing, up to DELIVERY_MAX_FAILURES
+ * attempts, and the last one failing deactivates the subscription; a
+ * permanent one ends the notification's events and counts one more
+ * notification in a row refused for good (DELIVERY_MAX_FAILURES of them
+ * deactivate). After a retryable failure no new call starts: the subscriber
+ * is likely down, and the events not yet sent wait for the retry with the
+ * failed ones; after any failure the claim ends with its batch. Each batch
+ * is recorded in one statement when all went well, else in one transaction
+ * with the state changes that follow, the claim released.
  */
 export async function deliverClaim(
   context: DispatchContext,
@@ -78,17 +83,23 @@ export async function deliverClaim(
       // A batch that left due events out (maxEventsPerClaim, or the sender's bytes) has more behind it: asked for now, and sent after this one (the same resources' newer versions among them).
       const following = claimMore !== undefined && batch.moreDue && round < maxBatchesPerClaim ? claimMore(batch.events.at(-1)!.eventId) : undefined;
       following?.catch(() => undefined);
-      const bodies = await notificationBodies(context, target, batch.events, batch.versions);
+      const notifications = await notificationsOf(context, target, batch.events, batch.versions);
       const probing = failing?.has(target.id) === true || batch.events.some((event) => event.attempts > 0);
-      const results = await send(context, target, bodies.map((body) => body?.body), batch.events.map(eventKey), { pacer, probing, signal });
-      const verdict = judge(context, target, batch.events, results);
+      const results = await send(
+        context,
+        target,
+        notifications.map((notification) => notification.body),
+        notifications.map((notification) => notification.message),
+        { pacer, probing, signal },
+      );
+      const verdict = judge(context, target, notifications, results);
       failing?.record(target.id, verdict);
       const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
       const goingOn = next !== undefined && next.events.length > 0;
       // Batches are recorded in order: the release comes after every batch before it.
       await recorded;
       recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn, nextCallAt: pacer?.nextCallAt });
-      observeLatencies(context, bodies, results);
+      observeLatencies(context, notifications, results);
       if (!goingOn) return await recorded;
       // Awaited before the next batch is recorded; a failure then fails the claim.
       recorded.catch(() => undefined);
@@ -130,11 +141,11 @@ function withoutFailures(verdict: Verdict): boolean {
 }
 
 /** Commit to delivery, for each event delivered: from its version's lastUpdated to the subscriber's answer. */
-function observeLatencies(context: DispatchContext, bodies: (NotificationBody | undefined)[], results: Sent[]): void {
+function observeLatencies(context: DispatchContext, notifications: Notification[], results: Sent[]): void {
   for (const [index, result] of results.entries()) {
-    const body = bodies[index];
-    if (body === undefined || typeof result === 'string' || result.verdict !== 'delivered') continue;
-    context.metrics.delivered(body.committedAt, new Date(result.startedAt.getTime() + result.durationMs));
+    if (typeof result === 'string' || result.verdict !== 'delivered') continue;
+    const answeredAt = new Date(result.startedAt.getTime() + result.durationMs);
+    for (const committedAt of notifications[index]!.committedAt) context.metrics.delivered(committedAt, answeredAt);
   }
 }
 
@@ -178,11 +189,11 @@ class Pacer {
   }
 }
 
-/** What became of each event: its call's result, `gone` (its version was deleted), or `unsent`. */
+/** What became of each notification: its call's result, `gone` (its version was deleted), or `unsent`. */
 type Sent = CallResult | 'gone' | 'unsent';
 
 /**
- * Calls the subscriber for each body, in the claim's order, at most
+ * Calls the subscriber for each body (undefined: gone, not sent), in the claim's order, at most
  * `target.parallelCalls` at once: each lane starts its next call once its
  * last one was answered. With one lane (a topic-based subscription's
  * default) the subscriber gets the calls one after the other, in event-number
@@ -243,53 +254,63 @@ type Failure = { event: ClaimedEvent; result: CallResult };
 /** What a claim's calls come to, before anything is written. */
 type Verdict = {
   outcomes: EventOutcome[];
+  /** One row per event a call carried: a call of N events is N rows, with the same start, answer and outcome. */
   records: AttemptRow[];
+  /** One row per call (its first event's): what the call metrics count. */
+  calls: AttemptRow[];
   /** Events to try again after a failed call. */
   retried: number;
   /** The first event whose last attempt failed: it deactivates the subscription. */
   exhausted: Failure | undefined;
-  /** The last event refused for good, and how many were refused after the claim's last delivery. */
+  /** The first event of the last notification refused for good, and how many notifications were refused after the claim's last delivery. */
   lastRefusal: Failure | undefined;
   trailingRefusals: number;
   delivered: boolean;
 };
 
-function judge(context: DispatchContext, target: Target, events: ClaimedEvent[], results: Sent[]): Verdict {
-  const verdict: Verdict = { outcomes: [], records: [], retried: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
+function judge(context: DispatchContext, target: Target, notifications: Notification[], results: Sent[]): Verdict {
+  const verdict: Verdict = { outcomes: [], records: [], calls: [], retried: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
   // Events not sent after a retryable failure wait as long as the longest retry; after a shutdown, not at all.
   let unsentWaitMs = 0;
   const unsent: ClaimedEvent[] = [];
-  for (const [index, event] of events.entries()) {
+  for (const [index, { events }] of notifications.entries()) {
     const result = results[index]!;
-    const attempt = event.attempts + 1;
-    const outcome = (status: EventOutcome['status'], attempts: number, notBefore: Date | null = null) => verdict.outcomes.push({ eventId: event.eventId, status, attempts, notBefore });
+    const first = events[0]!;
+    const outcome = (status: EventOutcome['status'], notBefore: Date | null = null) => {
+      for (const event of events) verdict.outcomes.push({ eventId: event.eventId, status, attempts: status === 'gone' ? event.attempts : event.attempts + 1, notBefore });
+    };
+    const record = (callResult: CallResult, recorded: AttemptOutcome) => {
+      const rows = events.map((event) => attemptRecord(target.id, 'notification', event, event.attempts + 1, callResult, recorded));
+      verdict.records.push(...rows);
+      verdict.calls.push(rows[0]!);
+    };
     if (result === 'gone') {
-      context.logger.warn({ subscriptionId: target.id, event: eventKey(event) }, 'the resource version of a notification is gone; nothing to deliver');
-      outcome('gone', event.attempts);
+      context.logger.warn({ subscriptionId: target.id, event: eventKey(first) }, 'the resource version of a notification is gone; nothing to deliver');
+      outcome('gone');
     } else if (result === 'unsent') {
-      unsent.push(event);
+      unsent.push(...events);
     } else if (result.verdict === 'delivered') {
-      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'delivered'));
-      outcome('delivered', attempt);
+      record(result, 'delivered');
+      outcome('delivered');
       verdict.delivered = true;
       verdict.trailingRefusals = 0;
     } else if (result.verdict === 'retryable') {
-      // Retried with jittered spacing, so that a blip of the subscriber does not fail several events at once.
-      const delay = retryDelay(context, attempt, result);
+      // One delay for the notification, so that its events come due together and are sent again as one; jittered, so that a blip of the subscriber does not fail several notifications at once.
+      const delay = retryDelay(context, Math.max(...events.map((event) => event.attempts)) + 1, result);
       if (delay === undefined) {
-        verdict.exhausted ??= { event, result };
-        outcome('failed', attempt);
+        verdict.exhausted ??= { event: first, result };
+        outcome('failed');
       } else {
-        outcome('pending', attempt, new Date(Date.now() + delay));
-        verdict.retried += 1;
+        outcome('pending', new Date(Date.now() + delay));
+        verdict.retried += events.length;
         unsentWaitMs = Math.max(unsentWaitMs, delay);
       }
-      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, delay === undefined ? 'failed' : 'retrying'));
+      record(result, delay === undefined ? 'failed' : 'retrying');
     } else {
-      // A permanent failure (a 4xx but 429, a refused address) ends this event at once.
-      verdict.records.push(attemptRecord(target.id, 'notification', event, attempt, result, 'failed'));
-      outcome('failed', attempt);
-      verdict.lastRefusal = { event, result };
+      // A permanent failure (a 4xx but 429, a refused address) ends the notification's events at once: one refusal.
+      record(result, 'failed');
+      outcome('failed');
+      verdict.lastRefusal = { event: first, result };
       verdict.trailingRefusals += 1;
     }
   }
@@ -311,11 +332,11 @@ async function settle(
   verdict: Verdict,
   { keepClaim, nextCallAt }: { keepClaim: boolean; nextCallAt: Date | undefined },
 ): Promise<void> {
-  const { records, outcomes, exhausted, lastRefusal } = verdict;
+  const { records, calls, outcomes, exhausted, lastRefusal } = verdict;
   const claim = { senderId, subscriptionId: target.id };
   if (withoutFailures(verdict)) {
     await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered, keepClaim, nextCallAt });
-    countCalls(context, records);
+    countCalls(context, calls);
     return;
   }
   const deactivation = await context.db.transaction().execute(async (db) => {
@@ -325,7 +346,7 @@ async function settle(
     // The subscription goes to error: its pending events are abandoned with it (a trigger), like any later event.
     return deactivating === undefined ? undefined : deactivateFor(db, target, deactivating.event, deactivating.result);
   });
-  countCalls(context, records);
+  countCalls(context, calls);
   if (deactivation !== undefined) {
     context.metrics.deactivated();
     const resourceUrl = `${context.baseUrl}/fhir/resources/${deactivation.resource}`;
@@ -385,31 +406,76 @@ export function versionsOf(events: VersionEvent[], loaded: Versions): Versions {
   return versions;
 }
 
-/** What is sent for an event, and when its version was committed (its lastUpdated). */
-type NotificationBody = { body: unknown; committedAt: Date };
+/**
+ * What one call carries: its events (one, or a topic-based subscription's
+ * run of them), its body (undefined when the version of its one event is
+ * gone: nothing to send), when each event's version was committed (its
+ * lastUpdated), and what the Standard Webhooks webhook-id is made of (the
+ * same for every retry of the notification).
+ */
+type Notification = { events: ClaimedEvent[]; body: unknown; committedAt: Date[]; message: string };
 
 /**
- * Each event's body. For a topic-based subscription, the Backport IG's
- * notification (topicNotification). For a classic one: the resource version itself; for _include/_revinclude
- * criteria a searchset Bundle with it (match) and its related resources
- * (include); for a deletion the deleted resource tagged DELETE. Undefined for
- * a version that is gone.
+ * A batch's events as the notifications that carry them, in the batch's
+ * order. A classic subscription's event is a notification of its own: the
+ * resource version itself; for _include/_revinclude criteria a searchset
+ * Bundle with it (match) and its related resources (include); for a
+ * deletion the deleted resource tagged DELETE. A topic-based subscription's
+ * events go as the Backport IG's notifications of up to its max-count events
+ * each (topicRuns).
  */
-async function notificationBodies(context: DispatchContext, target: Target, events: ClaimedEvent[], versions: Versions): Promise<(NotificationBody | undefined)[]> {
+async function notificationsOf(context: DispatchContext, target: Target, events: ClaimedEvent[], versions: Versions): Promise<Notification[]> {
+  const { topic } = target;
+  const runs = topic === undefined ? events.map((event) => [event]) : topicRuns(events, versions, topic.maxCount);
   return Promise.all(
-    events.map(async (event) => {
-      const version = versions.get(eventKey(event));
-      if (version === undefined) return undefined;
-      if (target.topic !== undefined) return { body: await topicNotification(context, target, target.topic, event, version), committedAt: version.lastUpdated };
-      const resource = version.content;
-      if (event.deleted) {
+    runs.map(async (run): Promise<Notification> => {
+      const present = run.map((event) => versions.get(eventKey(event)));
+      const message = run.length === 1 ? eventKey(run[0]!) : `event-numbers ${run[0]!.eventNumber}-${run.at(-1)!.eventNumber}`;
+      if (present.some((version) => version === undefined)) return { events: run, body: undefined, committedAt: [], message };
+      const found = present as { content: FhirResource; lastUpdated: Date }[];
+      const committedAt = found.map((version) => version.lastUpdated);
+      if (topic !== undefined) return { events: run, body: await topicNotification(context, target, topic, run, found), committedAt, message };
+      const [event] = run;
+      const resource = found[0]!.content;
+      if (event!.deleted) {
         const meta = (resource.meta ?? {}) as { tag?: unknown[] };
         const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-        return { body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt: version.lastUpdated };
+        return { events: run, body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt, message };
       }
-      return { body: await withIncludes(context, target, resource), committedAt: version.lastUpdated };
+      return { events: run, body: await withIncludes(context, target, resource), committedAt, message };
     }),
   );
+}
+
+/**
+ * A topic-based subscription's events grouped into notifications, in the
+ * claim's order (which is event-number order: numbers are given in log
+ * order, and a retried or resent event keeps its lower one). A notification
+ * carries at most `maxCount` events, and only a run of consecutive numbers
+ * with the same count of attempts: the events of a notification that
+ * failed are retried together (they come due together), and fresh events
+ * written meanwhile do not join them, so a retry carries the same events
+ * (unless the sender's byte bound now cuts its claim shorter); an event
+ * resent on request, or one after a gap, starts a notification of its own.
+ * An event whose version is gone is alone (nothing is sent for it). A
+ * notification never spans two batches: the claim's 100 events and its
+ * bytes (DELIVERY_MAX_CLAIMED_BYTES) bound it too.
+ */
+function topicRuns(events: ClaimedEvent[], versions: Versions, maxCount: number): ClaimedEvent[][] {
+  const runs: ClaimedEvent[][] = [];
+  let open: ClaimedEvent[] | undefined;
+  for (const event of events) {
+    const last = open?.at(-1);
+    const sendable = versions.has(eventKey(event));
+    if (open !== undefined && last !== undefined && sendable && open.length < maxCount && event.eventNumber === last.eventNumber + 1 && event.attempts === last.attempts) {
+      open.push(event);
+      continue;
+    }
+    const run = [event];
+    runs.push(run);
+    open = sendable ? run : undefined;
+  }
+  return runs;
 }
 
 async function withIncludes(context: DispatchContext, target: Target, resource: FhirResource): Promise<unknown> {
@@ -431,14 +497,24 @@ async function withIncludes(context: DispatchContext, target: Target, resource: 
 }
 
 /**
- * A topic-based subscription's notification of one event (so that its
- * max-count, at least 1, always holds, and each event is retried and
- * recorded on its own): its number, and as much of it as the payload
- * content says.
+ * A topic-based subscription's notification of a run of its events
+ * (topicRuns): their numbers, and as much of each as the payload content
+ * says.
  */
-async function topicNotification(context: DispatchContext, target: Target, topic: TopicTarget, event: ClaimedEvent, version: { content: FhirResource; lastUpdated: Date }): Promise<unknown> {
+async function topicNotification(
+  context: DispatchContext,
+  target: Target,
+  topic: TopicTarget,
+  events: ClaimedEvent[],
+  versions: { content: FhirResource; lastUpdated: Date }[],
+): Promise<unknown> {
   const leftOut = (reason: string) => context.logger.warn({ subscriptionId: target.id, reason }, 'a notification goes without its additional context');
-  const described = await describeEvents(context.db, topic.shapes, topic.payloadContent, [{ ...event, ...version }], leftOut);
-  const subject = statusSubject(context, target, topic);
-  return notificationBundle(statusParameters(subject, 'event-notification', event.eventNumber, described), subject, described);
+  const described = await describeEvents(
+    context.db,
+    topic.shapes,
+    topic.payloadContent,
+    events.map((event, index) => ({ ...event, ...versions[index]! })),
+    leftOut,
+  );
+  return eventNotification(statusSubject(context, target, topic), described);
 }
