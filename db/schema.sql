@@ -102,6 +102,24 @@ CREATE TABLE webhook.delivery_attempts (
 COMMENT ON COLUMN webhook.delivery_attempts.event_number IS 'For a notification: the subscription''s number of the event it sent (webhook.subscription_events.event_number).';
 COMMENT ON TABLE webhook.delivery_attempts IS 'Every outbound webhook call (handshakes and notifications), kept DELIVERY_LOG_RETENTION_DAYS days.';
 
+CREATE TABLE webhook.secret_rotations (
+  id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  subscription_id uuid NOT NULL,
+  rotated_at timestamp with time zone NOT NULL,
+  rotated_by_api_key uuid,
+  rotated_by_operator text,
+  previous_secret_until timestamp with time zone NOT NULL,
+  CONSTRAINT secret_rotations_by_one CHECK (((rotated_by_api_key IS NULL) <> (rotated_by_operator IS NULL))),
+  CONSTRAINT secret_rotations_operator_named CHECK ((rotated_by_operator <> ''::text)),
+  CONSTRAINT secret_rotations_overlap_after_rotation CHECK ((previous_secret_until >= rotated_at)),
+  CONSTRAINT secret_rotations_pkey PRIMARY KEY (id),
+  CONSTRAINT secret_rotations_rotated_by_api_key_fkey FOREIGN KEY (rotated_by_api_key) REFERENCES webhook.api_keys(id),
+  CONSTRAINT secret_rotations_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
+);
+COMMENT ON COLUMN webhook.secret_rotations.rotated_by_operator IS 'The operating-system user who ran npm run cli -- subscriptions rotate-secret; NULL for a rotation through the API (rotated_by_api_key).';
+COMMENT ON COLUMN webhook.secret_rotations.previous_secret_until IS 'The end of the overlap: rotated_at when there was none.';
+COMMENT ON TABLE webhook.secret_rotations IS 'One row per rotation of a subscription''s signing secret: when, by which API key or operating-system user (CLI), and until when the previous secret signed calls too. Never a secret.';
+
 CREATE TABLE webhook.subscription_events (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
   subscription_id uuid NOT NULL,
@@ -209,6 +227,8 @@ END) > 0), false)) STORED NOT NULL,
   parallel_calls integer,
   deactivations_in_a_row integer DEFAULT 0 NOT NULL,
   reactivation_not_before timestamp with time zone,
+  previous_signing_secret_encrypted bytea,
+  previous_secret_until timestamp with time zone,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_deactivations_in_a_row_check CHECK ((deactivations_in_a_row >= 0)),
@@ -224,6 +244,7 @@ END) > 0), false)) STORED NOT NULL,
   CONSTRAINT subscriptions_payload_content_known CHECK ((payload_content = ANY (ARRAY['empty'::text, 'id-only'::text, 'full-resource'::text]))),
   CONSTRAINT subscriptions_payload_content_on_a_topic CHECK (((payload_content IS NOT NULL) = (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
+  CONSTRAINT subscriptions_previous_secret_has_an_end CHECK (((previous_signing_secret_encrypted IS NULL) = (previous_secret_until IS NULL))),
   CONSTRAINT subscriptions_timeout_positive CHECK ((timeout_seconds > 0)),
   CONSTRAINT subscriptions_topic_filter_only_on_a_topic CHECK (((topic_filter IS NULL) OR (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id)
@@ -241,6 +262,8 @@ COMMENT ON COLUMN webhook.subscriptions.max_calls_per_second IS 'At most this ma
 COMMENT ON COLUMN webhook.subscriptions.parallel_calls IS 'At most this many calls in flight to the subscriber at once, within DELIVERY_PARALLEL_CALLS (NULL: 1 for a topic-based subscription, DELIVERY_PARALLEL_CALLS for a classic one).';
 COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations and failed reactivation handshakes since the subscription last delivered a notification.';
 COMMENT ON COLUMN webhook.subscriptions.reactivation_not_before IS 'While in error, events before this instant do not reactivate the subscription (webhook.reactivation_backoff of deactivations_in_a_row); NULL: the next event does.';
+COMMENT ON COLUMN webhook.subscriptions.previous_signing_secret_encrypted IS 'The signing secret before the last rotation, AES-256-GCM (SECRETS_ENCRYPTION_KEY): calls are signed with it too until previous_secret_until. NULL: no rotation yet, or one without an overlap.';
+COMMENT ON COLUMN webhook.subscriptions.previous_secret_until IS 'The end of the last rotation''s overlap: after it, calls are signed with the current secret only.';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,
@@ -271,6 +294,8 @@ CREATE INDEX delivery_attempts_by_resource ON webhook.delivery_attempts USING bt
 CREATE INDEX delivery_attempts_by_start ON webhook.delivery_attempts USING btree (started_at);
 
 CREATE INDEX delivery_attempts_by_subscription ON webhook.delivery_attempts USING btree (subscription_id, started_at DESC);
+
+CREATE INDEX secret_rotations_by_subscription ON webhook.secret_rotations USING btree (subscription_id, rotated_at);
 
 CREATE INDEX subscription_events_by_settling ON webhook.subscription_events USING btree (settled_at) WHERE (status <> 'pending'::text);
 

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { constants as fsConstants } from 'node:fs';
 import { access, readFile, stat } from 'node:fs/promises';
-import { constants } from 'node:os';
+import { constants, userInfo } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Presets, SingleBar } from 'cli-progress';
@@ -9,7 +9,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from 'commander
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, type ApiKeyScope } from './auth/api-keys.ts';
-import { ConfigError, loadConfig, type Config } from './config/index.ts';
+import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
@@ -33,6 +33,13 @@ const reactivating = () =>
     ...reactivation,
     ...secrets,
     ...metrics,
+  }));
+
+const rotating = () =>
+  Promise.all([import('./subscriptions/rotation.ts'), import('./subscriptions/secrets.ts'), import('./subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({
+    ...rotation,
+    ...secrets,
+    ...requests,
   }));
 
 const resending = () => Promise.all([import('./subscriptions/resend.ts'), import('./subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
@@ -207,6 +214,17 @@ function commandLine(): Command {
     .argument('<id>', "the subscription's id")
     .action((id: string) => reactivate(id));
 
+  subscriptions
+    .command('rotate-secret')
+    .description(
+      'give a subscription a new signing secret, read from standard input (a command line is shown by ps and kept in shell history): for the overlap, ' +
+        'every call is signed with the previous secret too, then with the new one only (docs/operators.md). Recorded with your user name, never the secret. ' +
+        "Run it with the service's SECRETS_ENCRYPTION_KEY",
+    )
+    .argument('<id>', "the subscription's id")
+    .option('--overlap-seconds <seconds>', `how long the previous secret signs calls too, 0 to ${maxSecretRotationOverlapSeconds} (default: SECRET_ROTATION_OVERLAP_SECONDS, a day)`, parseOverlapSeconds)
+    .action((id: string, options: { overlapSeconds?: number }) => rotateSecret(id, options));
+
   const topics = program.command('topics').description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
   topics
     .command('add')
@@ -342,6 +360,64 @@ async function reactivate(id: string): Promise<void> {
         : `Reactivated subscription ${id}: its receiver answered the handshake${answered}; it is active. The events it missed while in error are not sent (docs/operators.md says how to catch up).`,
     );
   });
+}
+
+/**
+ * `subscriptions rotate-secret`: the new secret from standard input (its one
+ * trailing line break dropped), stored and recorded as the service's
+ * $rotate-secret does (src/subscriptions/rotation.ts), with the operator's
+ * user name; prints until when the previous secret signs too. Exits 1 when
+ * refused (not known, off, in an overlap), 2 for a wrong id or secret.
+ */
+async function rotateSecret(id: string, options: { overlapSeconds?: number }): Promise<void> {
+  if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
+  if (process.stdin.isTTY) {
+    throw new CommandError('Give the new secret on standard input, not typed here (a terminal shows it), e.g.: read -rs SECRET && printf %s "$SECRET" | npm run cli -- subscriptions rotate-secret ID', 2);
+  }
+  const given = (await readStandardInput()).replace(/\r?\n$/, '');
+  const { config } = oneShot();
+  const { checkedSecret, createSecretBox, refusalReason, rotateSigningSecret, secretsEncryptionKey } = await rotating();
+  const refused = (error: unknown) => (error instanceof FhirError ? new CommandError(`Not rotated: ${refusalReason(error)}.`, error.status === 400 ? 2 : 1) : error);
+  let secret: string;
+  try {
+    secret = checkedSecret(given);
+  } catch (error) {
+    throw refused(error);
+  }
+  // The secrets are sealed with the service's key; a missing one is a configuration error (exit 2).
+  const box = createSecretBox(await secretsEncryptionKey(config));
+  await withDatabase(async ({ db }) => {
+    const overlapSeconds = options.overlapSeconds ?? config.delivery.secretRotationOverlapSeconds;
+    const rotation = await rotateSigningSecret(db, box, id, { secret, overlapSeconds }, { operator: operatorName() }).catch((error: unknown) => {
+      throw refused(error);
+    });
+    console.log(
+      overlapSeconds === 0
+        ? `Rotated the signing secret of subscription ${id}: every call from now on is signed with the new secret only.`
+        : `Rotated the signing secret of subscription ${id}. Until ${rotation.previousSecretUntil.toISOString()} every call is signed with the previous secret too ` +
+            '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.',
+    );
+  });
+}
+
+async function readStandardInput(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Who runs this command, for the record: the operating-system user (by uid when it has no name). */
+function operatorName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return `uid ${process.getuid?.() ?? 'unknown'}`;
+  }
+}
+
+function parseOverlapSeconds(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) > maxSecretRotationOverlapSeconds) throw new InvalidArgumentError(`expected a whole number of seconds from 0 to ${maxSecretRotationOverlapSeconds}.`);
+  return Number(value);
 }
 
 /** Why a file to load cannot be read, in a user's words; undefined when it can. */

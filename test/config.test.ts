@@ -29,6 +29,7 @@ describe('configuration from the environment', () => {
         maxClaimedBytes: 8 * 1024 * 1024,
         allowPrivateNetworks: false,
         standardSignatures: false,
+        secretRotationOverlapSeconds: 86_400,
         logRetentionDays: 30,
       },
       mail: { smtpUrl: undefined, from: 'webhooks@localhost', intervalSeconds: 3600 },

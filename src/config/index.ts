@@ -3,6 +3,9 @@ import { z } from 'zod';
 /** How long a subscriber may take to answer a call, unless DELIVERY_RESPONSE_TIMEOUT_MS says otherwise (the API needs it too: a backport-timeout may not exceed it). */
 export const defaultResponseTimeoutMs = 15_000;
 
+/** The longest overlap of a signing secret's rotation, 30 days: SECRET_ROTATION_OVERLAP_SECONDS's bound and a rotation's own. */
+export const maxSecretRotationOverlapSeconds = 30 * 86_400;
+
 /** true/false/1/0/yes/no, as people write them in environment files. */
 const booleanFlag = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'expected true or false' })
@@ -96,6 +99,9 @@ const environmentSchema = z.object({
   DELIVERY_MAX_CLAIMED_BYTES: wholeNumber(1).default(8 * 1024 * 1024),
   WEBHOOK_ALLOW_PRIVATE_NETWORKS: booleanFlag.default(false),
   WEBHOOK_STANDARD_SIGNATURES: booleanFlag.default(false),
+  // A day: time for a receiver's owner to deploy the new secret. At most 30 days, the bound a
+  // rotation's overlapSeconds has too: an old secret, perhaps a leaked one, signs no longer.
+  SECRET_ROTATION_OVERLAP_SECONDS: wholeNumber(0, maxSecretRotationOverlapSeconds).default(86_400),
   SMTP_URL: z.url({ protocol: /^smtps?$/, error: 'expected smtp://… or smtps://…' }).optional(),
   ALERT_EMAIL_FROM: z.email().default('webhooks@localhost'),
   ALERT_EMAIL_INTERVAL_SECONDS: wholeNumber(0).default(3600),
@@ -155,6 +161,8 @@ export type Config = Readonly<{
     allowPrivateNetworks: boolean;
     /** Also sign with the Standard Webhooks headers (webhook-id, webhook-timestamp, webhook-signature). */
     standardSignatures: boolean;
+    /** After a signing secret's rotation, calls are signed with the previous secret too for this many seconds, unless the rotation says. */
+    secretRotationOverlapSeconds: number;
     logRetentionDays: number;
   }>;
   /** Alert e-mail; without smtpUrl alerts are logged and recorded, not sent. */
@@ -222,6 +230,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       maxClaimedBytes: env.DELIVERY_MAX_CLAIMED_BYTES,
       allowPrivateNetworks: env.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
+      secretRotationOverlapSeconds: env.SECRET_ROTATION_OVERLAP_SECONDS,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
     },
     mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM, intervalSeconds: env.ALERT_EMAIL_INTERVAL_SECONDS },

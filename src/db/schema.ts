@@ -62,6 +62,9 @@ export interface SubscriptionsTable {
   headers_encrypted: Buffer;
   signing_secret_encrypted: Buffer;
   secret_is_generated: boolean;
+  /** The secret before the last rotation, which signs calls too until previous_secret_until (migration 0029); null: none. */
+  previous_signing_secret_encrypted: Buffer | null;
+  previous_secret_until: Date | null;
   reason: string;
   contact_emails: string[];
   error: string | null;
@@ -123,6 +126,18 @@ export interface DeactivationAlertsTable {
   told_in: string | null;
 }
 
+/** A rotation of a subscription's signing secret (migration 0029): who, when, until when the previous one signed too; never a secret. */
+export interface SecretRotationsTable {
+  id: Generated<string>;
+  subscription_id: string;
+  rotated_at: Date;
+  /** The API key of a rotation through the API; null for an operator's (rotated_by_operator). */
+  rotated_by_api_key: string | null;
+  /** The operating-system user who ran the CLI command; null for a rotation through the API. */
+  rotated_by_operator: string | null;
+  previous_secret_until: Date;
+}
+
 /** What became of an event (migration 0018). */
 export type SubscriptionEventStatus = 'pending' | 'delivered' | 'failed' | 'superseded' | 'abandoned' | 'gone';
 
@@ -172,5 +187,6 @@ export interface Database {
   'webhook.subscription_events': SubscriptionEventsTable;
   'webhook.subscription_streams': SubscriptionStreamsTable;
   'webhook.deactivation_alerts': DeactivationAlertsTable;
+  'webhook.secret_rotations': SecretRotationsTable;
   'webhook.subscription_topics': SubscriptionTopicsTable;
 }

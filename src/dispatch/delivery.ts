@@ -16,7 +16,7 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { TokenProvider } from './oauth.ts';
 import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
-import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
+import { messageId, outboundHeaders, postWebhook, type CallResult, type SigningSecrets } from './outbound.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
@@ -58,6 +58,12 @@ export type Target = {
   endpoint: string;
   headers: string[];
   secret: string;
+  /**
+   * The secret before the last rotation and the end of its overlap, until
+   * which calls are signed with it too (checked when a call is signed: a
+   * target is reused for a while); undefined: none, or its overlap was over.
+   */
+  previousSecret: { secret: string; until: Date } | undefined;
   /** A classic subscription's criteria (an empty object for one on a topic). */
   compiled: CompiledCriteria;
   contactEmails: string[];
@@ -92,6 +98,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
     .select(['s.payload_content', 's.timeout_seconds', 's.max_count', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.previous_signing_secret_encrypted', 's.previous_secret_until'])
     .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
@@ -112,6 +119,10 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     endpoint: wholeEndpoint(row, context.box),
     headers: JSON.parse(context.box.open(row.headers_encrypted)) as string[],
     secret: context.box.open(row.signing_secret_encrypted),
+    previousSecret:
+      row.previous_signing_secret_encrypted === null || row.previous_secret_until === null || row.previous_secret_until.getTime() <= Date.now()
+        ? undefined
+        : { secret: context.box.open(row.previous_signing_secret_encrypted), until: row.previous_secret_until },
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
     maxCallsPerSecond: row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
@@ -165,7 +176,7 @@ export async function call(context: CallContext, target: Target, resource: unkno
   const giveBack = await context.originCalls.take(target.endpoint, target.id, signal);
   let result: CallResult;
   try {
-    result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
+    result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, signingSecrets(target), token, standard), {
       dispatcher: context.dispatcher,
       responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
       ...(signal === undefined ? {} : { signal }),
@@ -181,6 +192,12 @@ export async function call(context: CallContext, target: Target, resource: unkno
     throw new ShutdownAbort(`the call to ${shownEndpoint(target.endpoint)} was cut short by the worker's shutdown; the job runs again`);
   }
   return result;
+}
+
+/** What a call made now is signed with: the current secret, and the previous one while its overlap lasts. */
+function signingSecrets(target: Target): SigningSecrets {
+  const previous = target.previousSecret;
+  return { current: target.secret, previous: previous !== undefined && previous.until.getTime() > Date.now() ? previous.secret : undefined };
 }
 
 /**

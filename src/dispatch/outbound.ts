@@ -44,27 +44,35 @@ export function signature(body: Buffer, secret: string): string {
 }
 
 /**
- * The Standard Webhooks headers (standardwebhooks.com), keyed with the same
- * secret's UTF-8 bytes: `webhook-id` (the same for every retry of one
+ * The Standard Webhooks headers (standardwebhooks.com), keyed with the
+ * secrets' UTF-8 bytes: `webhook-id` (the same for every retry of one
  * message), `webhook-timestamp` (when this try was sent, in seconds) and
- * `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`), so
- * that a receiver can refuse a replayed call. Verify with the Standard
- * Webhooks libraries: `new Webhook(secret, { format: 'raw' }).verify(body, headers)`.
+ * `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`, one per
+ * secret, space-separated: the standard's way to rotate a secret), so that a
+ * receiver can refuse a replayed call. Verify with the Standard Webhooks
+ * libraries, which accept a call when any of its signatures matches:
+ * `new Webhook(secret, { format: 'raw' }).verify(body, headers)`.
  */
-export function standardWebhookHeaders(messageId: string, body: Buffer, secret: string, now = new Date()): [string, string][] {
+export function standardWebhookHeaders(messageId: string, body: Buffer, secrets: readonly string[], now = new Date()): [string, string][] {
   const timestamp = String(Math.floor(now.getTime() / 1000));
-  const signed = createHmac('sha256', secret).update(`${messageId}.${timestamp}.`).update(body).digest('base64');
+  const signatures = secrets.map((secret) => `v1,${createHmac('sha256', secret).update(`${messageId}.${timestamp}.`).update(body).digest('base64')}`);
   return [
     ['webhook-id', messageId],
     ['webhook-timestamp', timestamp],
-    ['webhook-signature', `v1,${signed}`],
+    ['webhook-signature', signatures.join(' ')],
   ];
 }
 
-/** A header the service sets itself (in lower case): Content-Type, X-Hub-Signature and the Standard Webhooks ones. */
+/** A header the service sets itself (in lower case): Content-Type, X-Hub-Signature (and -Next) and the Standard Webhooks ones. */
 function isServiceHeader(name: string): boolean {
-  return name === 'content-type' || name === 'x-hub-signature' || name.startsWith('webhook-');
+  return name === 'content-type' || name === 'x-hub-signature' || name === 'x-hub-signature-next' || name.startsWith('webhook-');
 }
+
+/**
+ * What a call is signed with: the subscription's secret, and during a
+ * rotation's overlap the secret before it (src/subscriptions/rotation.ts).
+ */
+export type SigningSecrets = { current: string; previous: string | undefined };
 
 /** A message's webhook-id: what the message is (a subscription's event or handshake), hashed, the same for every retry. */
 export function messageId(subscriptionId: string, message: string): string {
@@ -76,11 +84,18 @@ export function messageId(subscriptionId: string, message: string): string {
  * colon only: values may contain colons), then the service's own, which no
  * client header can override, then an OAuth bearer replacing any client
  * Authorization; with `standard`, the Standard Webhooks headers too.
+ *
+ * X-Hub-Signature carries one signature. During a rotation's overlap it stays
+ * the previous secret's, which every receiver holds until it has switched, and
+ * X-Hub-Signature-Next carries the new one's; after the overlap only the
+ * current secret signs. A receiver that accepts either header under either
+ * secret it holds (docs/receivers.md) never refuses a genuine call while it
+ * switches. webhook-signature carries both signatures, the current first.
  */
 export function outboundHeaders(
   channelHeaders: readonly string[],
   body: Buffer,
-  secret: string,
+  secrets: SigningSecrets,
   bearerToken: string | undefined,
   standard?: { messageId: string },
 ): [string, string][] {
@@ -92,12 +107,18 @@ export function outboundHeaders(
     const lower = name.toLowerCase();
     return !isServiceHeader(lower) && !(bearerToken !== undefined && lower === 'authorization');
   });
+  const { current, previous } = secrets;
   return [
     ...kept,
     ['content-type', 'application/fhir+json'],
-    ['x-hub-signature', signature(body, secret)],
+    ...((previous === undefined
+      ? [['x-hub-signature', signature(body, current)]]
+      : [
+          ['x-hub-signature', signature(body, previous)],
+          ['x-hub-signature-next', signature(body, current)],
+        ]) as [string, string][]),
     ...(bearerToken === undefined ? [] : ([['authorization', `Bearer ${bearerToken}`]] as [string, string][])),
-    ...(standard === undefined ? [] : standardWebhookHeaders(standard.messageId, body, secret)),
+    ...(standard === undefined ? [] : standardWebhookHeaders(standard.messageId, body, previous === undefined ? [current] : [current, previous])),
   ];
 }
 

@@ -103,7 +103,7 @@ export function asRefusal(outcome: OperationOutcome): OperationOutcome {
 /** `Name: value`, split on the first colon only: values may contain colons (and, to be refused by name, line breaks). */
 const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/s;
 /** Headers the service sets itself; a client value would break signature checks. */
-const serviceHeaders = new Set(['content-type', 'x-hub-signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
+const serviceHeaders = new Set(['content-type', 'x-hub-signature', 'x-hub-signature-next', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
 /** Headers about the connection or the message's framing, which the HTTP client owns: a value from a client could never be sent as given. */
 const transportHeaders = new Set([
   'content-length',
@@ -149,6 +149,26 @@ function headerProblem(item: string): string | undefined {
   if (serviceHeaders.has(name.toLowerCase())) return `(${name}) is set by the service, and a client value would break signature checks`;
   if (transportHeaders.has(name.toLowerCase())) return `(${name}) is about the connection, which the service's HTTP client manages`;
   if (!headerValuePattern.test(match[2]!)) return `(${name}) has a value HTTP cannot carry (control characters, or characters beyond Latin-1)`;
+  return undefined;
+}
+
+/** A channel.header item's name as written, or undefined when it is not `Name: value`. */
+export function headerName(item: string): string | undefined {
+  return headerPattern.exec(item)?.[1];
+}
+
+/**
+ * Why `value` cannot be a signing secret given on its own (a rotation's new
+ * secret), or undefined when it can: what the value of a `secret` header may
+ * be when a subscription is created, and whole (white space around it would
+ * be lost from the header that carries it). It never names the value.
+ */
+export function secretValueProblem(value: string): string | undefined {
+  const longest = maxHeaderLength - 'secret: '.length;
+  if (value === '') return 'is empty';
+  if (value.length > longest) return `is longer than ${longest} characters`;
+  if (!headerValuePattern.test(value)) return 'has characters HTTP cannot carry (control characters, or characters beyond Latin-1)';
+  if (/^[ \t]|[ \t]$/.test(value)) return 'begins or ends with white space, which the secret header would lose';
   return undefined;
 }
 

@@ -17,10 +17,11 @@ export function childEnvironment(overrides: NodeJS.ProcessEnv = {}): NodeJS.Proc
 
 export type Finished = { exitCode: number | null; output: string };
 
-/** Runs a command to its end; output is stdout and stderr interleaved. */
-export function runCommand(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<Finished> {
+/** Runs a command to its end, `input` on its standard input (none without); output is stdout and stderr interleaved. */
+export function runCommand(command: string, args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<Finished> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = input === undefined ? spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] }) : spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    child.stdin?.end(input);
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
