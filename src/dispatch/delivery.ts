@@ -16,7 +16,7 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { TokenProvider } from './oauth.ts';
 import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
-import { messageId, outboundHeaders, postWebhook, type CallResult } from './outbound.ts';
+import { restHook, type CallResult } from './outbound.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
@@ -117,67 +117,17 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
   };
 }
 
-/**
- * A call cut short because this worker is shutting down: not the subscriber's
- * failure, and not recorded. The handshake and reactivation tasks let it
- * through: graphile-worker counts the job failed and runs it again after its
- * backoff (in another worker process, or here after the restart). A
- * notification claim catches it and leaves what it did not deliver pending.
- */
-export class ShutdownAbort extends Error {
-  override name = 'ShutdownAbort';
-}
+export { ShutdownAbort } from './channel.ts';
 
 /**
- * Sends a FHIR body to the subscriber, signed, with an OAuth token when
- * configured. `message` says what it is ("handshake", "Patient/1/_history/2"):
- * the Standard Webhooks webhook-id, when those headers are on, is made from
- * it, the same for every retry. `signal` is the job's: a graceful shutdown
- * that outlasts graphile-worker's patience (5 s) aborts the call, and
- * ShutdownAbort is thrown.
+ * Sends a FHIR body to the subscriber through its subscription's channel
+ * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint.
+ * `message` says what it is ("handshake", "Patient/1/_history/2"): the same
+ * for every retry. `signal` is the job's: a graceful shutdown that outlasts
+ * graphile-worker's patience (5 s) aborts the send, and ShutdownAbort is thrown.
  */
 export async function call(context: CallContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
-  const body = Buffer.from(JSON.stringify(resource));
-  let token: string | undefined;
-  if (context.tokens) {
-    try {
-      token = await context.tokens.token();
-    } catch (error) {
-      context.metrics.tokenRequestFailed();
-      // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
-      const reason = error instanceof Error ? error.message : String(error);
-      return {
-        verdict: 'retryable',
-        httpStatus: undefined,
-        error: reason,
-        responseExcerpt: undefined,
-        retryAfterSeconds: undefined,
-        startedAt: new Date(),
-        durationMs: 0,
-        failedAt: 'token-endpoint',
-      };
-    }
-  }
-  const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
-  const giveBack = await context.originCalls.take(target.endpoint, target.id, signal);
-  let result: CallResult;
-  try {
-    result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, target.secret, token, standard), {
-      dispatcher: context.dispatcher,
-      responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
-      ...(signal === undefined ? {} : { signal }),
-    });
-  } finally {
-    giveBack();
-  }
-  if (result.refusedAddress !== undefined) {
-    context.logger.warn({ subscriptionId: target.id, address: result.refusedAddress, error: result.error }, 'SSRF guard refused a delivery address');
-  }
-  // Only the abort itself: an answer that came in just before it stands.
-  if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
-    throw new ShutdownAbort(`the call to ${shownEndpoint(target.endpoint)} was cut short by the worker's shutdown; the job runs again`);
-  }
-  return result;
+  return restHook.send(context, target, { body: resource, message }, signal);
 }
 
 /**
