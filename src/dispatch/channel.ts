@@ -15,6 +15,14 @@ import type { CallResult } from './outbound.ts';
 export const channelTypes = ['rest-hook', 'websocket'] as const;
 export type ChannelType = (typeof channelTypes)[number];
 
+/** Where the API takes websocket clients, on its own port (src/api/routes/websocket.ts). */
+export const websocketPath = '/fhir/websocket';
+
+/** The websocket URL of a service at `baseUrl` (http becomes ws, https wss): $get-ws-binding-token's websocket-url. */
+export function websocketUrl(baseUrl: string): string {
+  return `${baseUrl.replace(/^http/, 'ws')}${websocketPath}`;
+}
+
 /** One notification of a subscription: what is sent, and what it is. */
 export type Notification = {
   /** The FHIR body: a topic-based subscription's notification Bundle, a classic one's resource or searchset. */

@@ -16,7 +16,9 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { TokenProvider } from './oauth.ts';
 import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
+import type { ChannelType } from './channel.ts';
 import { restHook, type CallResult } from './outbound.ts';
+import { websocket } from './websocket.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
@@ -53,6 +55,8 @@ export type CallContext = Omit<DispatchContext, 'workerUtils' | 'mailer' | 'aler
 /** A subscription as a task sees it: its secrets decrypted. */
 export type Target = {
   id: string;
+  /** How its notifications leave (src/dispatch/channel.ts). */
+  channel: ChannelType;
   status: 'requested' | 'active' | 'error' | 'off';
   criteria: string;
   endpoint: string;
@@ -89,7 +93,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.payload_content', 's.timeout_seconds', 's.max_calls_per_second', 's.parallel_calls', 's.channel_type', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
     .where('s.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
@@ -104,6 +108,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
         };
   return {
     id: row.id,
+    channel: row.channel_type,
     status: row.status,
     criteria: row.criteria,
     endpoint: wholeEndpoint(row, context.box),
@@ -111,7 +116,8 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     secret: context.box.open(row.signing_secret_encrypted),
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
-    maxCallsPerSecond: row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
+    // A websocket send is a write to the database, not a call to pace.
+    maxCallsPerSecond: row.channel_type === 'websocket' ? undefined : row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
     parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
   };
@@ -121,13 +127,15 @@ export { ShutdownAbort } from './channel.ts';
 
 /**
  * Sends a FHIR body to the subscriber through its subscription's channel
- * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint.
+ * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint, or
+ * websocket's hand-over to the API processes holding its clients.
  * `message` says what it is ("handshake", "Patient/1/_history/2"): the same
  * for every retry. `signal` is the job's: a graceful shutdown that outlasts
  * graphile-worker's patience (5 s) aborts the send, and ShutdownAbort is thrown.
  */
 export async function call(context: CallContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
-  return restHook.send(context, target, { body: resource, message }, signal);
+  const channel = target.channel === 'websocket' ? websocket : restHook;
+  return channel.send(context, target, { body: resource, message }, signal);
 }
 
 /**

@@ -100,6 +100,7 @@ function subscriptionCapabilities(topics: string[]) {
     operation: [
       { name: 'status', definition: backport.statusOperation },
       { name: 'events', definition: backport.eventsOperation },
+      { name: 'get-ws-binding-token', definition: backport.getWsBindingTokenOperation },
     ],
   };
 }
