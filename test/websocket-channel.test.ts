@@ -4,8 +4,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket as WsClient } from 'ws';
 import { createApiKey } from '../src/auth/api-keys.ts';
 import { loadConfig, type WebsocketLimits } from '../src/config/index.ts';
+import type { CallContext, Target } from '../src/dispatch/delivery.ts';
+import { websocket } from '../src/dispatch/websocket.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
+import { notificationBundle, statusParameters } from '../src/topics/notification.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
@@ -525,5 +528,61 @@ describe('what operators see', () => {
     const after = await scrape();
     expect(after.get('fhir_webhooks_websocket_closes_total{reason="client"}')).toBe(before.get('fhir_webhooks_websocket_closes_total{reason="client"}')! + 1);
     expect((await t.app.inject({ method: 'GET', url: `/console/api/subscriptions/${id}`, headers: { 'x-api-key': t.apiKey } })).json<Json>().websocketClients).toEqual([]);
+  });
+});
+
+describe("a bind's order, step by step", () => {
+  /** A notification of event `number`, as a sender builds it, sent through the websocket channel as a worker would. */
+  const publish = async (id: string, number: number) => {
+    const subject = { serviceBase: t.serviceBase, subscriptionId: id, topicUrl, payloadContent: 'id-only' as const, status: 'active' as const };
+    const event = { eventNumber: number, timestamp: new Date().toISOString(), resourceType: 'Encounter', resourceId: `order-${number}`, versionId: 1, deleted: false };
+    const target = { id, channel: 'websocket' } as Target;
+    return websocket.send({ db: t.database.db } as CallContext, target, { body: notificationBundle(statusParameters(subject, 'event-notification', number, [event]), subject, [event]), message: `Encounter/order-${number}/_history/1` });
+  };
+  /** The log's numbering of the subscription's next event, as a claim does it. */
+  const number = (id: string) => t.database.pool.query('UPDATE webhook.subscription_streams SET last_event_number = last_event_number + 1 WHERE subscription_id = $1', [id]);
+
+  it('an event numbered while a bind is under way is in its handshake or on its socket, never lost', async () => {
+    const { id } = await createWebsocketSubscription('Patient/order');
+    // This API's websocket server is running (it starts at a first bind, registering and sweeping).
+    await bound((await createWebsocketSubscription('Patient/order-first')).id);
+    const client = await connect();
+    // Holds the bind at its write of the bindings: the event is numbered and sent meanwhile.
+    const holder = await t.database.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE webhook.websocket_bindings IN SHARE MODE');
+      client.send(`bind-with-token ${(await bindingToken(id)).token}`);
+      await waitFor(async () => {
+        const { rows } = await t.database.pool.query(`SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE 'insert into "webhook"."websocket_bindings"%'`);
+        return rows[0].waiting >= 1 ? true : undefined;
+      });
+      await number(id);
+      // No binding is visible yet: nothing to publish, the event stays in the log.
+      expect((await publish(id, 1)).responseExcerpt).toBe('no websocket client bound: the notification stays in the log ($events)');
+      await holder.query('COMMIT');
+    } finally {
+      holder.release();
+    }
+    await client.framesAfter(1);
+    // The handshake counts it: the client fetches it with $events.
+    expect(statusValue(client.frames[0]!, 'events-since-subscription-start')).toBe('1');
+    await number(id);
+    expect((await publish(id, 2)).responseExcerpt).toBe('published to 1 bound websocket client');
+    expect((await client.framesAfter(2)).slice(1).flatMap((frame) => eventNumbers(frame))).toEqual([2]);
+  });
+
+  it('a notification of events its handshake counted is not sent again; one after it is', async () => {
+    const { id } = await createWebsocketSubscription('Patient/counted');
+    await number(id);
+    const client = await bound(id);
+    expect(statusValue(client.frames[0]!, 'events-since-subscription-start')).toBe('1');
+    // Event 1, numbered before the bind, published after it (a sender between its claim and its send).
+    await publish(id, 1);
+    await number(id);
+    await publish(id, 2);
+    await client.framesAfter(2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(client.frames.slice(1).flatMap((frame) => eventNumbers(frame))).toEqual([2]);
   });
 });

@@ -10,7 +10,7 @@ import type { FhirResource } from '../db/schema.ts';
 import { numberMissedEvents } from '../dispatch/events/log.ts';
 import { listenForEvents } from '../dispatch/events/sender.ts';
 import { keepWorkerPoolAlive, type Liveness } from '../dispatch/liveness.ts';
-import { websocketNotificationsChannel } from '../dispatch/websocket.ts';
+import { notificationKeptSeconds, websocketNotificationsChannel } from '../dispatch/websocket.ts';
 import { operationOutcome } from '../fhir/outcome.ts';
 import type { Metrics, WebsocketCloseReason, WebsocketFrameType } from '../metrics/metrics.ts';
 import { redeemBindingToken, type BoundSubscription } from '../subscriptions/binding-tokens.ts';
@@ -108,12 +108,15 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
     })());
 
   /**
-   * The server's bindings as its clients hold them, at each beat: rows of
-   * clients gone (a delete lost with a connection) are deleted, and rows a
-   * sweep deleted (this process taken for dead during a database outage)
-   * are written again.
+   * At each beat: the server's bindings as its clients hold them (rows of
+   * clients gone, a delete lost with a connection, are deleted; rows a sweep
+   * deleted, this process taken for dead during a database outage, are
+   * written again), and the notifications past their minute, of any
+   * subscription (a sender deletes its own subscription's as it publishes;
+   * these are those of subscriptions gone quiet).
    */
   const keepBindingsTrue = async () => {
+    await sql`DELETE FROM webhook.websocket_notifications WHERE published_at < now() - make_interval(secs => ${notificationKeptSeconds})`.execute(db);
     const live = [...clients].flatMap((client) => [...client.bound.keys()].map((subscriptionId) => ({ client, subscriptionId })));
     await sql`DELETE FROM webhook.websocket_bindings WHERE server_id = ${serverId} AND NOT (connection_id = ANY (${[...clients].map((client) => client.id)}::uuid[]))`.execute(db);
     if (live.length === 0) return;

@@ -29,7 +29,7 @@ import { ShutdownAbort, type Channel } from './channel.ts';
 export const websocketNotificationsChannel = 'webhook_websocket_notifications';
 
 /** How long a notification waits for the API processes to read it: the log is the record. */
-const notificationKeptSeconds = 60;
+export const notificationKeptSeconds = 60;
 
 /** The type and highest event number a notification Bundle's status names (the Backport IG's shape). */
 function notificationFacts(body: unknown): { type: 'handshake' | 'heartbeat' | 'event-notification'; lastEventNumber: number | null } {
