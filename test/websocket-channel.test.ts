@@ -1,4 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { chromium } from 'playwright-core';
 import pino from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket as WsClient } from 'ws';
@@ -518,16 +520,45 @@ describe('what operators see', () => {
     expect(detail.statusCode, detail.body).toBe(200);
     const { websocketClients } = detail.json<Json>();
     expect(websocketClients).toEqual([{ connection: expect.any(String), address: '127.0.0.1', server: expect.stringMatching(/^websocket-server:/), boundAt: expect.any(String) }]);
-    const restHook = (await t.fhir('GET', '/Subscription?status=error,requested,active&_count=1000')).json<Json>().entry.find((entry: Json) => entry.resource.channel.type === 'rest-hook');
-    if (restHook !== undefined) {
-      expect((await t.app.inject({ method: 'GET', url: `/console/api/subscriptions/${restHook.resource.id as string}`, headers: { 'x-api-key': t.apiKey } })).json<Json>().websocketClients).toBeNull();
-    }
+    const restHook = await t.fhir('POST', '/Subscription', { ...websocketSubscription('Patient/operators-rest-hook'), channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/none', payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'empty' }] } } });
+    expect(restHook.statusCode, restHook.body).toBe(201);
+    expect((await t.app.inject({ method: 'GET', url: `/console/api/subscriptions/${restHook.json<Json>().id as string}`, headers: { 'x-api-key': t.apiKey } })).json<Json>().websocketClients).toBeNull();
 
     await client.close();
     await untilNoClients();
     const after = await scrape();
     expect(after.get('fhir_webhooks_websocket_closes_total{reason="client"}')).toBe(before.get('fhir_webhooks_websocket_closes_total{reason="client"}')! + 1);
     expect((await t.app.inject({ method: 'GET', url: `/console/api/subscriptions/${id}`, headers: { 'x-api-key': t.apiKey } })).json<Json>().websocketClients).toEqual([]);
+  });
+});
+
+const chromiumPath = '/usr/bin/chromium';
+const chromiumInstalled = spawnSync(chromiumPath, ['--version']).status === 0;
+
+describe.skipIf(!chromiumInstalled && process.env.CI === undefined)("the console in Chromium (Debian's chromium; skipped where it is missing, outside CI)", () => {
+  it("shows a websocket subscription's bound clients below its calls", { timeout: 60_000 }, async () => {
+    await untilNoClients();
+    const { id } = await createWebsocketSubscription('Patient/console');
+    await bound(id);
+    const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'] });
+    try {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+      await page.goto(`${t.baseUrl}/console`);
+      await page.fill('#key', t.apiKey);
+      await page.click('button[type=submit]');
+      const row = page.locator('#subscriptions tbody tr', { hasText: id });
+      await expect.poll(() => row.count()).toBe(1);
+      await row.click();
+      const clientRows = page.locator('#websocket-clients tbody tr');
+      await expect.poll(() => clientRows.count()).toBe(1);
+      expect(await page.locator('#websocket').isVisible()).toBe(true);
+      expect(await clientRows.nth(0).textContent()).toMatch(/127\.0\.0\.1.*websocket-server:/);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
   });
 });
 
