@@ -183,6 +183,10 @@ describe('$get-ws-binding-token', () => {
     const value = (name: string) => answer.parameter.filter((item: Json) => item.name === name);
     expect(value('subscription')).toEqual([{ name: 'subscription', valueString: `${t.serviceBase}/Subscription/${id}` }]);
     expect(value('websocket-url')).toEqual([{ name: 'websocket-url', valueUrl: `${t.baseUrl.replace(/^http/, 'ws')}/fhir/websocket` }]);
+    // The IG's discovery: the CapabilityStatement names the same URL, and the operation.
+    const statement = (await t.fhir('GET', '/metadata')).json<Json>();
+    expect(statement.rest[0].extension).toEqual([{ url: 'http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket', valueUri: value('websocket-url')[0].valueUrl }]);
+    expect(statement.rest[0].resource.find((entry: Json) => entry.type === 'Subscription').operation).toContainEqual({ name: 'get-ws-binding-token', definition: 'http://hl7.org/fhir/uv/subscriptions-backport/OperationDefinition/backport-subscription-get-ws-binding-token' });
     const expiresIn = Date.parse(value('expiration')[0].valueDateTime) - Date.now();
     expect(expiresIn).toBeGreaterThan((limits.bindingTokenSeconds - 10) * 1000);
     expect(expiresIn).toBeLessThanOrEqual(limits.bindingTokenSeconds * 1000);

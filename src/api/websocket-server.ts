@@ -335,7 +335,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
         logger.info({ connection: client.id, address: client.address }, 'closed a websocket client that did not answer pings');
         end(client, 'idle');
         client.socket.terminate();
-      } else if (client.idleSince === undefined) client.socket.ping();
+      } else if (client.idleSince === undefined && client.socket.readyState === WebSocket.OPEN) client.socket.ping();
     }
   }, Math.max(250, Math.floor(limits.idleTimeoutMs / 4)));
   idle.unref();
