@@ -284,6 +284,32 @@ describe('a bound client', () => {
     expect(arrivals[1]! - arrivals[0]!).toBeGreaterThanOrEqual(period * 1000 - 1500);
   });
 
+  it('binds several subscriptions with one token (type level), and more with another token on the same connection', async () => {
+    const [a, b, c] = [await createWebsocketSubscription('Patient/several-a'), await createWebsocketSubscription('Patient/several-b'), await createWebsocketSubscription('Patient/several-c')];
+    const answer = (await t.fhir('GET', `/Subscription/$get-ws-binding-token?id=${a.id},${b.id}`)).json<Json>();
+    const client = await connect();
+    client.send(`bind-with-token ${answer.parameter[0].valueString as string}`);
+    const handshakes = await client.framesAfter(2);
+    expect(handshakes.map((frame) => String(statusValue(frame, 'type')))).toEqual(['handshake', 'handshake']);
+    expect(handshakes.map((frame) => (statusValue(frame, 'subscription') as Json).reference).sort()).toEqual([a.id, b.id].map((id) => `${t.serviceBase}/Subscription/${id}`).sort());
+    client.send(`bind-with-token ${(await bindingToken(c.id)).token}`);
+    await client.framesAfter(3);
+    expect((statusValue(client.frames[2]!, 'subscription') as Json).reference).toBe(`${t.serviceBase}/Subscription/${c.id}`);
+    for (const name of ['a', 'b', 'c']) await t.fhir('PUT', `/Encounter/several-${name}`, encounter(`several-${name}`, `Patient/several-${name}`));
+    const notified = (await client.framesAfter(6)).slice(3).map((frame) => (statusValue(frame, 'subscription') as Json).reference as string);
+    expect(notified.sort()).toEqual([a.id, b.id, c.id].map((id) => `${t.serviceBase}/Subscription/${id}`).sort());
+  });
+
+  it('is closed when the key that bound it is revoked', async () => {
+    const { key, id: keyId } = await createApiKey(t.database.db, 'revoked while bound', ['read', 'write']);
+    const { id } = (await t.fhir('POST', '/Subscription', websocketSubscription('Patient/revoked-bound'), { 'x-api-key': key })).json<Json>();
+    const client = await connect();
+    client.send(`bind-with-token ${(await bindingToken(id as string, { 'x-api-key': key })).token}`);
+    await client.framesAfter(1);
+    await t.database.pool.query('UPDATE webhook.api_keys SET revoked_at = now() WHERE id = $1', [keyId]);
+    expect(await client.closed).toEqual({ code: 1008, reason: 'The API key that bound this client was revoked' });
+  });
+
   it('is told when its subscription is switched off, and closed', async () => {
     const { id } = await createWebsocketSubscription('Patient/ended');
     const client = await bound(id);
