@@ -59,8 +59,11 @@ type Client = {
   /** Since when it has had no subscription bound (undefined while it has some). */
   idleSince: number | undefined;
   lastPongAt: number;
-  /** Its subscriptions: the event number of each one's handshake, or the frames that came while it is being bound. */
-  bound: Map<string, { after: number } | { binding: Frame[] }>;
+  /**
+   * Its subscriptions, each with the key whose token bound it, and the event number of its
+   * handshake, or the frames that came while it is being bound.
+   */
+  bound: Map<string, { apiKeyId: string } & ({ after: number } | { binding: Frame[] })>;
   /** Its messages, handled one after the other. */
   work: Promise<void>;
   /** Why the server ended it, once it did (the close is then not the client's). */
@@ -117,20 +120,18 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
    */
   const keepBindingsTrue = async () => {
     await sql`DELETE FROM webhook.websocket_notifications WHERE published_at < now() - make_interval(secs => ${notificationKeptSeconds})`.execute(db);
-    const live = [...clients].flatMap((client) => [...client.bound.keys()].map((subscriptionId) => ({ client, subscriptionId })));
+    const live = [...clients].flatMap((client) => [...client.bound].map(([subscriptionId, { apiKeyId }]) => ({ client, subscriptionId, apiKeyId })));
     await sql`DELETE FROM webhook.websocket_bindings WHERE server_id = ${serverId} AND NOT (connection_id = ANY (${[...clients].map((client) => client.id)}::uuid[]))`.execute(db);
     if (live.length === 0) return;
     await sql`
       INSERT INTO webhook.websocket_bindings (subscription_id, connection_id, server_id, api_key_id, client_address)
       SELECT b.subscription_id, b.connection_id, ${serverId}, b.api_key_id, b.client_address
       FROM unnest(${live.map((item) => item.subscriptionId)}::uuid[], ${live.map((item) => item.client.id)}::uuid[],
-                  ${live.map((item) => keyOf.get(item.client) ?? null)}::uuid[], ${live.map((item) => item.client.address)}::text[])
+                  ${live.map((item) => item.apiKeyId)}::uuid[], ${live.map((item) => item.client.address)}::text[])
         AS b(subscription_id, connection_id, api_key_id, client_address)
       JOIN webhook.subscriptions s ON s.id = b.subscription_id
-      WHERE b.api_key_id IS NOT NULL
       ON CONFLICT (subscription_id, connection_id) DO NOTHING`.execute(db);
   };
-  const keyOf = new WeakMap<Client, string>();
 
   // Reading the notifications: one read at a time, for the subscriptions woken (all of them on a poll).
   let reading = false;
@@ -233,13 +234,12 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
     // Followed before the numbers are read: what is read meanwhile waits in `binding`, filtered once they are known.
     const fresh = redeemed.subscriptions.filter((subscription) => !client.bound.has(subscription.id));
     for (const subscription of fresh) {
-      client.bound.set(subscription.id, { binding: [] });
+      client.bound.set(subscription.id, { apiKeyId: redeemed.apiKeyId, binding: [] });
       const following = followed.get(subscription.id) ?? { readUpTo: undefined, clients: new Set<Client>() };
       following.clients.add(client);
       followed.set(subscription.id, following);
     }
     client.idleSince = undefined;
-    keyOf.set(client, redeemed.apiKeyId);
     await db
       .insertInto('webhook.websocket_bindings')
       .values(redeemed.subscriptions.map((subscription) => ({ subscription_id: subscription.id, connection_id: client.id, server_id: serverId, api_key_id: redeemed.apiKeyId, client_address: client.address })))
@@ -259,7 +259,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
       if (following !== undefined && following.readUpTo === undefined) following.readUpTo = row?.last_notification ?? '0';
       const state = client.bound.get(subscription.id);
       const waiting = state !== undefined && 'binding' in state ? state.binding : [];
-      if (state !== undefined) client.bound.set(subscription.id, { after: lastEventNumber });
+      if (state !== undefined) client.bound.set(subscription.id, { apiKeyId: state.apiKeyId, after: lastEventNumber });
       send(client, JSON.stringify(handshake(subscription, lastEventNumber)), 'handshake');
       for (const frame of waiting) deliver(client, subscription.id, frame);
       wake(subscription.id);
@@ -274,6 +274,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
 
   const handle = async (client: Client, data: Buffer, isBinary: boolean) => {
     if (client.endedBy !== undefined) return;
+    if (closing) return refuse(client, 'shutdown', 1001, 'The service is stopping');
     if (isBinary) return refuse(client, 'malformed', 1003, 'Binary frames are not understood: send the text message bind-with-token <token>');
     const token = bindingTokenIn(data.toString('utf8'));
     if (token === undefined) return refuse(client, 'malformed', 1003, 'Unknown message: send bind-with-token <token>, with a token from $get-ws-binding-token');
