@@ -328,6 +328,12 @@ describe('refusals: an error frame and a close, nothing else', () => {
     expect(client.frames[0]).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ severity: 'error', details: { text: expect.stringContaining(text) } }] });
   };
 
+  it('a plain GET of the endpoint is a 426 OperationOutcome saying what it is', async () => {
+    const response = await fetch(`${t.baseUrl}/fhir/websocket`);
+    expect(response.status).toBe(426);
+    expect(((await response.json()) as Json).issue[0].details.text).toContain("/fhir/websocket is the websocket channel's endpoint: connect with a websocket client");
+  });
+
   it('an unknown token, a used one, an expired one', async () => {
     const { id } = await createWebsocketSubscription('Patient/tokens');
     await refusedWith('bind-with-token fwt_nothing', 1008, 'Unknown binding token');

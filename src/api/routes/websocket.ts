@@ -1,6 +1,7 @@
 import websocketPlugin from '@fastify/websocket';
 import type { FastifyPluginAsync } from 'fastify';
 import { websocketPath } from '../../dispatch/channel.ts';
+import { FhirError } from '../../fhir/outcome.ts';
 import type { WebsocketServer } from '../websocket-server.ts';
 
 export type WebsocketRoutesOptions = {
@@ -26,5 +27,14 @@ export const websocketRoutes: FastifyPluginAsync<WebsocketRoutesOptions> = async
       await new Promise<void>((resolve) => app.websocketServer.close(() => resolve()));
     },
   });
-  app.get(websocketPath, { websocket: true, schema: { hide: true } }, (socket, request) => server.accept(socket, request.ip));
+  app.route({
+    method: 'GET',
+    url: websocketPath,
+    schema: { hide: true },
+    // A plain GET (no upgrade): told where it is, as every refusal is, in an OperationOutcome.
+    handler: async () => {
+      throw new FhirError(426, 'not-supported', `${websocketPath} is the websocket channel's endpoint: connect with a websocket client, then send bind-with-token <token> (a token from $get-ws-binding-token)`);
+    },
+    wsHandler: (socket, request) => server.accept(socket, request.ip),
+  });
 };
