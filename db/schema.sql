@@ -229,11 +229,17 @@ END) > 0), false)) STORED NOT NULL,
   reactivation_not_before timestamp with time zone,
   previous_signing_secret_encrypted bytea,
   previous_secret_until timestamp with time zone,
+  channel_type text DEFAULT 'rest-hook'::text NOT NULL,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
+  CONSTRAINT subscriptions_channel_type_known CHECK ((channel_type = ANY (ARRAY['rest-hook'::text, 'websocket'::text]))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_deactivations_in_a_row_check CHECK ((deactivations_in_a_row >= 0)),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
-  CONSTRAINT subscriptions_endpoint_check CHECK ((endpoint ~ '^https?://'::text)),
+  CONSTRAINT subscriptions_endpoint_check CHECK ((endpoint ~
+CASE channel_type
+    WHEN 'websocket'::text THEN '^wss?://'::text
+    ELSE '^https?://'::text
+END)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
   CONSTRAINT subscriptions_heartbeat_period_positive CHECK ((heartbeat_period_seconds > 0)),
   CONSTRAINT subscriptions_identifier_key UNIQUE (identifier),
@@ -247,7 +253,8 @@ END) > 0), false)) STORED NOT NULL,
   CONSTRAINT subscriptions_previous_secret_has_an_end CHECK (((previous_signing_secret_encrypted IS NULL) = (previous_secret_until IS NULL))),
   CONSTRAINT subscriptions_timeout_positive CHECK ((timeout_seconds > 0)),
   CONSTRAINT subscriptions_topic_filter_only_on_a_topic CHECK (((topic_filter IS NULL) OR (topic_id IS NOT NULL))),
-  CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id)
+  CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id),
+  CONSTRAINT subscriptions_websocket_on_a_topic CHECK (((channel_type = 'rest-hook'::text) OR (topic_id IS NOT NULL)))
 );
 COMMENT ON COLUMN webhook.subscriptions.endpoint IS 'The endpoint as shown: with its user, password and query values as *** when endpoint_encrypted holds the whole of it.';
 COMMENT ON COLUMN webhook.subscriptions.failure_count IS 'Events in a row refused for good (a 4xx but 429, a refused address); a delivery resets it, and DELIVERY_MAX_FAILURES of them move the subscription to error. Retryable failures are counted per event, in the attempt records.';
@@ -264,6 +271,48 @@ COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations
 COMMENT ON COLUMN webhook.subscriptions.reactivation_not_before IS 'While in error, events before this instant do not reactivate the subscription (webhook.reactivation_backoff of deactivations_in_a_row); NULL: the next event does.';
 COMMENT ON COLUMN webhook.subscriptions.previous_signing_secret_encrypted IS 'The signing secret before the last rotation, AES-256-GCM (SECRETS_ENCRYPTION_KEY): calls are signed with it too until previous_secret_until. NULL: no rotation yet, or one without an overlap.';
 COMMENT ON COLUMN webhook.subscriptions.previous_secret_until IS 'The end of the last rotation''s overlap: after it, calls are signed with the current secret only.';
+COMMENT ON COLUMN webhook.subscriptions.channel_type IS 'rest-hook: notifications are POSTed to endpoint; websocket (topic-based only): they go to the clients bound to it, and endpoint is the websocket URL they connect to.';
+
+CREATE TABLE webhook.websocket_binding_tokens (
+  token_sha256 text NOT NULL,
+  api_key_id uuid NOT NULL,
+  subscription_ids uuid[] NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  expires_at timestamp with time zone NOT NULL,
+  used_at timestamp with time zone,
+  CONSTRAINT websocket_binding_tokens_api_key_id_fkey FOREIGN KEY (api_key_id) REFERENCES webhook.api_keys(id) ON DELETE CASCADE,
+  CONSTRAINT websocket_binding_tokens_pkey PRIMARY KEY (token_sha256),
+  CONSTRAINT websocket_binding_tokens_subscription_ids_check CHECK ((cardinality(subscription_ids) >= 1)),
+  CONSTRAINT websocket_binding_tokens_token_sha256_check CHECK ((token_sha256 ~ '^[0-9a-f]{64}$'::text))
+);
+COMMENT ON TABLE webhook.websocket_binding_tokens IS '$get-ws-binding-token''s tokens (their SHA-256): each binds the subscriptions it names, for the key that asked, once, before expires_at.';
+
+CREATE TABLE webhook.websocket_bindings (
+  subscription_id uuid NOT NULL,
+  connection_id uuid NOT NULL,
+  server_id text NOT NULL,
+  api_key_id uuid NOT NULL,
+  client_address text NOT NULL,
+  bound_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT websocket_bindings_api_key_id_fkey FOREIGN KEY (api_key_id) REFERENCES webhook.api_keys(id) ON DELETE CASCADE,
+  CONSTRAINT websocket_bindings_pkey PRIMARY KEY (subscription_id, connection_id),
+  CONSTRAINT websocket_bindings_server_id_fkey FOREIGN KEY (server_id) REFERENCES webhook.worker_pools(pool_id) ON DELETE CASCADE,
+  CONSTRAINT websocket_bindings_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
+);
+COMMENT ON TABLE webhook.websocket_bindings IS 'One row per websocket client bound to a subscription, held by the API process server_id (webhook.worker_pools).';
+
+CREATE TABLE webhook.websocket_notifications (
+  id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+  subscription_id uuid NOT NULL,
+  notification_type text NOT NULL,
+  last_event_number bigint,
+  body text NOT NULL,
+  published_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT websocket_notifications_notification_type_check CHECK ((notification_type = ANY (ARRAY['handshake'::text, 'heartbeat'::text, 'event-notification'::text]))),
+  CONSTRAINT websocket_notifications_pkey PRIMARY KEY (id),
+  CONSTRAINT websocket_notifications_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
+);
+COMMENT ON TABLE webhook.websocket_notifications IS 'Websocket notifications on their way from a sender to the API processes holding the clients: kept a minute, the log being the record.';
 
 CREATE TABLE webhook.worker_pools (
   pool_id text NOT NULL,
@@ -272,10 +321,10 @@ CREATE TABLE webhook.worker_pools (
   registered_at timestamp with time zone DEFAULT now() NOT NULL,
   last_seen timestamp with time zone DEFAULT now() NOT NULL,
   kind text DEFAULT 'graphile-worker'::text NOT NULL,
-  CONSTRAINT worker_pools_kind_check CHECK ((kind = ANY (ARRAY['graphile-worker'::text, 'event-sender'::text]))),
+  CONSTRAINT worker_pools_kind_check CHECK ((kind = ANY (ARRAY['graphile-worker'::text, 'event-sender'::text, 'websocket-server'::text]))),
   CONSTRAINT worker_pools_pkey PRIMARY KEY (pool_id)
 );
-COMMENT ON COLUMN webhook.worker_pools.kind IS 'graphile-worker: a graphile-worker pool (its id is what its jobs hold in locked_by); event-sender: a process sending subscription events (what webhook.subscription_streams.claimed_by holds).';
+COMMENT ON COLUMN webhook.worker_pools.kind IS 'graphile-worker: a graphile-worker pool (its id is what its jobs hold in locked_by); event-sender: a process sending subscription events (what webhook.subscription_streams.claimed_by holds); websocket-server: an API process holding websocket clients (what webhook.websocket_bindings.server_id holds).';
 
 CREATE INDEX resource_history_by_time ON fhir.resource_history USING btree (last_updated, resource_type, id, version_id);
 
@@ -318,6 +367,16 @@ CREATE INDEX subscriptions_by_topic ON webhook.subscriptions USING btree (topic_
 CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_and_filters_digest(criteria, filter_criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
 
 CREATE INDEX subscriptions_with_heartbeat ON webhook.subscriptions USING btree (id) WHERE ((heartbeat_period_seconds IS NOT NULL) AND (status = 'active'::webhook.subscription_status));
+
+CREATE INDEX websocket_binding_tokens_by_expiry ON webhook.websocket_binding_tokens USING btree (expires_at);
+
+CREATE INDEX websocket_bindings_by_key ON webhook.websocket_bindings USING btree (api_key_id, connection_id);
+
+CREATE INDEX websocket_bindings_by_server ON webhook.websocket_bindings USING btree (server_id);
+
+CREATE INDEX websocket_notifications_by_subscription ON webhook.websocket_notifications USING btree (subscription_id, id);
+
+CREATE INDEX websocket_notifications_by_time ON webhook.websocket_notifications USING btree (published_at);
 
 CREATE VIEW webhook.delivery_log AS
  SELECT a.started_at,

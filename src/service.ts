@@ -65,6 +65,7 @@ export async function startService(config: Config, logger: Logger, roles: Roles 
       rateLimitPerMinute: config.apiRateLimitPerMinute,
       responseTimeoutMs: config.delivery.responseTimeoutMs,
       outbound: { delivery: config.delivery, oauth: config.oauth, metrics },
+      websocket: config.websocket,
       // On the API's port unless METRICS_PORT gives them one of their own.
       ...(config.metricsPort === undefined ? { metrics } : {}),
     });

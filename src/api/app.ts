@@ -24,7 +24,9 @@ import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { topicRoutes } from './routes/topics.ts';
-import { defaultResponseTimeoutMs, loadConfig, type Config } from '../config/index.ts';
+import { websocketRoutes } from './routes/websocket.ts';
+import { createWebsocketServer } from './websocket-server.ts';
+import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
 import { createMetrics } from '../metrics/metrics.ts';
 import { createCallContext } from '../subscriptions/reactivation.ts';
 
@@ -52,6 +54,8 @@ export type AppOptions = {
    * defaults (the SSRF guard on), no OAuth, a registry of its own.
    */
   outbound?: { delivery: Config['delivery']; oauth: Config['oauth']; metrics: Metrics };
+  /** The websocket channel's limits (WEBSOCKET_*); default: the configuration's defaults. Its clients are counted in outbound.metrics. */
+  websocket?: WebsocketLimits;
 };
 
 /** FHIR resources can be large (attachments, documents); 10 MiB bounds a single request. */
@@ -70,6 +74,7 @@ export async function buildApp({
   metrics,
   responseTimeoutMs = defaultResponseTimeoutMs,
   outbound = { delivery: loadConfig({}).delivery, oauth: undefined, metrics: createMetrics() },
+  websocket = loadConfig({}).websocket,
 }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger,
@@ -150,6 +155,18 @@ export async function buildApp({
     { prefix: '/console/api' },
   );
 
+  // The websocket channel's clients: on the API's port, outside the API key's scope (a token binds them).
+  const websocketServer = createWebsocketServer({
+    db: database.db,
+    pool: database.pool,
+    listenConnectionString: database.directConnectionString ?? database.connectionString,
+    baseUrl,
+    limits: websocket,
+    metrics: outbound.metrics,
+    logger,
+  });
+  await app.register(websocketRoutes, { server: websocketServer, maxMessageBytes: websocket.maxMessageBytes });
+
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem, responseTimeoutMs };
   const calls = createCallContext({ db: database.db, box: subscriptions.box, baseUrl, namingSystem: webhookNamingSystem, logger, ...outbound });
@@ -168,7 +185,7 @@ export async function buildApp({
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { db: database.db, serviceBase, softwareVersion: packageJson.version });
-      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions, calls: calls.context });
+      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions, calls: calls.context, bindingTokenSeconds: websocket.bindingTokenSeconds });
       await fhir.register(topicRoutes, { db: database.db, serviceBase });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase, subscriptions });
       await fhir.register(searchRoutes, { db: database.db, serviceBase });

@@ -111,6 +111,16 @@ const environmentSchema = z.object({
   OAUTH_SCOPE: z.string().min(1).optional(),
   OAUTH_AUDIENCE: z.string().min(1).optional(),
   DELIVERY_LOG_RETENTION_DAYS: wholeNumber(1).default(30),
+  // The websocket channel (docs/delivery.md, "The websocket channel"): an API process holds at most
+  // WEBSOCKET_MAX_CONNECTIONS clients, one key's clients bound at once (whichever process holds them)
+  // are at most WEBSOCKET_MAX_CONNECTIONS_PER_KEY, and a client whose unread notifications pass
+  // WEBSOCKET_SEND_BUFFER_BYTES is cut off: at most about that much (and one notification) per client.
+  WEBSOCKET_MAX_CONNECTIONS: wholeNumber(1).default(1000),
+  WEBSOCKET_MAX_CONNECTIONS_PER_KEY: wholeNumber(1).default(20),
+  WEBSOCKET_IDLE_TIMEOUT_SECONDS: wholeNumber(2, 86_400).default(60),
+  WEBSOCKET_MAX_MESSAGE_BYTES: wholeNumber(64, 1024 * 1024).default(4096),
+  WEBSOCKET_SEND_BUFFER_BYTES: wholeNumber(1024).default(4 * 1024 * 1024),
+  WEBSOCKET_BINDING_TOKEN_SECONDS: wholeNumber(1, 86_400).default(300),
 });
 
 export type Config = Readonly<{
@@ -172,8 +182,25 @@ export type Config = Readonly<{
     /** A subscription's contacts get at most one alert per this many seconds; 0: one per deactivation. */
     intervalSeconds: number;
   }>;
+  /** The websocket channel's limits (src/dispatch/websocket.ts). */
+  websocket: WebsocketLimits;
   /** Outbound OAuth 2.0 client credentials, when OAUTH_TOKEN_URL is set. */
   oauth: Readonly<{ tokenUrl: string; clientId: string; clientSecret: string; scope: string | undefined; audience: string | undefined }> | undefined;
+}>;
+
+export type WebsocketLimits = Readonly<{
+  /** Clients one API process holds at most (bound or not). */
+  maxConnections: number;
+  /** Clients bound with one API key's tokens at most, across the API processes. */
+  maxConnectionsPerKey: number;
+  /** A client that binds nothing, or does not answer pings, for this long is closed. */
+  idleTimeoutMs: number;
+  /** The longest message a client may send (a bind-with-token is about 100 bytes). */
+  maxMessageBytes: number;
+  /** Bytes waiting to be sent to one client past which it is cut off (a client that does not read). */
+  sendBufferBytes: number;
+  /** How long a $get-ws-binding-token token may be used. */
+  bindingTokenSeconds: number;
 }>;
 
 export class ConfigError extends Error {
@@ -232,6 +259,14 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       standardSignatures: env.WEBHOOK_STANDARD_SIGNATURES,
       secretRotationOverlapSeconds: env.SECRET_ROTATION_OVERLAP_SECONDS,
       logRetentionDays: env.DELIVERY_LOG_RETENTION_DAYS,
+    },
+    websocket: {
+      maxConnections: env.WEBSOCKET_MAX_CONNECTIONS,
+      maxConnectionsPerKey: env.WEBSOCKET_MAX_CONNECTIONS_PER_KEY,
+      idleTimeoutMs: env.WEBSOCKET_IDLE_TIMEOUT_SECONDS * 1000,
+      maxMessageBytes: env.WEBSOCKET_MAX_MESSAGE_BYTES,
+      sendBufferBytes: env.WEBSOCKET_SEND_BUFFER_BYTES,
+      bindingTokenSeconds: env.WEBSOCKET_BINDING_TOKEN_SECONDS,
     },
     mail: { smtpUrl: env.SMTP_URL, from: env.ALERT_EMAIL_FROM, intervalSeconds: env.ALERT_EMAIL_INTERVAL_SECONDS },
     oauth:

@@ -1,4 +1,5 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { ChannelType } from '../dispatch/channel.ts';
 import type { PayloadContent } from '../topics/backport.ts';
 
 /** A FHIR resource as JSON. */
@@ -88,6 +89,8 @@ export interface SubscriptionsTable {
   parallel_calls: number | null;
   deactivations_in_a_row: Generated<number>;
   reactivation_not_before: Date | null;
+  /** rest-hook, or websocket (topic-based only; endpoint is then the websocket URL its clients connect to): migration 0030. */
+  channel_type: Generated<ChannelType>;
 }
 
 /** What a call to a subscriber was (webhook.delivery_attempts.kind). */
@@ -177,6 +180,37 @@ export interface SubscriptionTopicsTable {
   retired_at: Date | null;
 }
 
+/** A $get-ws-binding-token token (migration 0030): its SHA-256, for one bind before it expires. */
+export interface WebsocketBindingTokensTable {
+  token_sha256: string;
+  api_key_id: string;
+  subscription_ids: string[];
+  created_at: Generated<Date>;
+  expires_at: Date;
+  used_at: Date | null;
+}
+
+/** A websocket client bound to a subscription, held by the API process server_id (migration 0030). */
+export interface WebsocketBindingsTable {
+  subscription_id: string;
+  connection_id: string;
+  server_id: string;
+  api_key_id: string;
+  client_address: string;
+  bound_at: Generated<Date>;
+}
+
+/** A websocket notification on its way to the API processes holding the clients (migration 0030). */
+export interface WebsocketNotificationsTable {
+  id: Generated<string>;
+  subscription_id: string;
+  notification_type: 'handshake' | 'heartbeat' | 'event-notification';
+  /** bigint, read as text; null for a handshake or heartbeat. */
+  last_event_number: ColumnType<string | null, number | null, never>;
+  body: string;
+  published_at: Generated<Date>;
+}
+
 /** The tables the service reads and writes, for Kysely. */
 export interface Database {
   'fhir.resources': ResourcesTable;
@@ -189,4 +223,7 @@ export interface Database {
   'webhook.deactivation_alerts': DeactivationAlertsTable;
   'webhook.secret_rotations': SecretRotationsTable;
   'webhook.subscription_topics': SubscriptionTopicsTable;
+  'webhook.websocket_binding_tokens': WebsocketBindingTokensTable;
+  'webhook.websocket_bindings': WebsocketBindingsTable;
+  'webhook.websocket_notifications': WebsocketNotificationsTable;
 }

@@ -16,7 +16,9 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { TokenProvider } from './oauth.ts';
 import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
-import { messageId, outboundHeaders, postWebhook, type CallResult, type SigningSecrets } from './outbound.ts';
+import type { ChannelType } from './channel.ts';
+import { restHook, type CallResult } from './outbound.ts';
+import { websocket } from './websocket.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
@@ -53,6 +55,8 @@ export type CallContext = Omit<DispatchContext, 'workerUtils' | 'mailer' | 'aler
 /** A subscription as a task sees it: its secrets decrypted. */
 export type Target = {
   id: string;
+  /** How its notifications leave (src/dispatch/channel.ts). */
+  channel: ChannelType;
   status: 'requested' | 'active' | 'error' | 'off';
   criteria: string;
   endpoint: string;
@@ -97,7 +101,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
     .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 's.max_count', 's.max_calls_per_second', 's.parallel_calls', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select(['s.payload_content', 's.timeout_seconds', 's.max_count', 's.max_calls_per_second', 's.parallel_calls', 's.channel_type', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
     .select(['s.previous_signing_secret_encrypted', 's.previous_secret_until'])
     .where('s.id', '=', id)
     .executeTakeFirst();
@@ -114,6 +118,7 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
         };
   return {
     id: row.id,
+    channel: row.channel_type,
     status: row.status,
     criteria: row.criteria,
     endpoint: wholeEndpoint(row, context.box),
@@ -125,79 +130,26 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
         : { secret: context.box.open(row.previous_signing_secret_encrypted), until: row.previous_secret_until },
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
-    maxCallsPerSecond: row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
+    // A websocket send is a write to the database, not a call to pace.
+    maxCallsPerSecond: row.channel_type === 'websocket' ? undefined : row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
     parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
   };
 }
 
-/**
- * A call cut short because this worker is shutting down: not the subscriber's
- * failure, and not recorded. The handshake and reactivation tasks let it
- * through: graphile-worker counts the job failed and runs it again after its
- * backoff (in another worker process, or here after the restart). A
- * notification claim catches it and leaves what it did not deliver pending.
- */
-export class ShutdownAbort extends Error {
-  override name = 'ShutdownAbort';
-}
+export { ShutdownAbort } from './channel.ts';
 
 /**
- * Sends a FHIR body to the subscriber, signed, with an OAuth token when
- * configured. `message` says what it is ("handshake", "Patient/1/_history/2"):
- * the Standard Webhooks webhook-id, when those headers are on, is made from
- * it, the same for every retry. `signal` is the job's: a graceful shutdown
- * that outlasts graphile-worker's patience (5 s) aborts the call, and
- * ShutdownAbort is thrown.
+ * Sends a FHIR body to the subscriber through its subscription's channel
+ * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint, or
+ * websocket's hand-over to the API processes holding its clients.
+ * `message` says what it is ("handshake", "Patient/1/_history/2"): the same
+ * for every retry. `signal` is the job's: a graceful shutdown that outlasts
+ * graphile-worker's patience (5 s) aborts the send, and ShutdownAbort is thrown.
  */
 export async function call(context: CallContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
-  const body = Buffer.from(JSON.stringify(resource));
-  let token: string | undefined;
-  if (context.tokens) {
-    try {
-      token = await context.tokens.token();
-    } catch (error) {
-      context.metrics.tokenRequestFailed();
-      // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
-      const reason = error instanceof Error ? error.message : String(error);
-      return {
-        verdict: 'retryable',
-        httpStatus: undefined,
-        error: reason,
-        responseExcerpt: undefined,
-        retryAfterSeconds: undefined,
-        startedAt: new Date(),
-        durationMs: 0,
-        failedAt: 'token-endpoint',
-      };
-    }
-  }
-  const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
-  const giveBack = await context.originCalls.take(target.endpoint, target.id, signal);
-  let result: CallResult;
-  try {
-    result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, signingSecrets(target), token, standard), {
-      dispatcher: context.dispatcher,
-      responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
-      ...(signal === undefined ? {} : { signal }),
-    });
-  } finally {
-    giveBack();
-  }
-  if (result.refusedAddress !== undefined) {
-    context.logger.warn({ subscriptionId: target.id, address: result.refusedAddress, error: result.error }, 'SSRF guard refused a delivery address');
-  }
-  // Only the abort itself: an answer that came in just before it stands.
-  if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
-    throw new ShutdownAbort(`the call to ${shownEndpoint(target.endpoint)} was cut short by the worker's shutdown; the job runs again`);
-  }
-  return result;
-}
-
-/** What a call made now is signed with: the current secret, and the previous one while its overlap lasts. */
-function signingSecrets(target: Target): SigningSecrets {
-  const previous = target.previousSecret;
-  return { current: target.secret, previous: previous !== undefined && previous.until.getTime() > Date.now() ? previous.secret : undefined };
+  const channel = target.channel === 'websocket' ? websocket : restHook;
+  return channel.send(context, target, { body: resource, message }, signal);
 }
 
 /**

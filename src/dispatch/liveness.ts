@@ -11,8 +11,8 @@ const heartbeatIntervalMs = 5_000;
 
 export type Liveness = { stop(): Promise<void> };
 
-/** What a worker process registers in webhook.worker_pools: its graphile-worker pool, or its event sender. */
-export type Registration = { poolId: string; kind: 'graphile-worker' | 'event-sender' };
+/** What a process registers in webhook.worker_pools: its graphile-worker pool, its event sender, or its websocket server (an API process). */
+export type Registration = { poolId: string; kind: 'graphile-worker' | 'event-sender' | 'websocket-server' };
 
 /**
  * Crash recovery: registers in webhook.worker_pools, then every 5 s beats
@@ -20,7 +20,7 @@ export type Registration = { poolId: string; kind: 'graphile-worker' | 'event-se
  * frees the work of registrations whose process died, and runs `ownSweep`:
  * what it holds but no longer works on (a lost connection stranded it).
  */
-export async function keepWorkerPoolAlive(pool: pg.Pool, { poolId, kind }: Registration, ownSweep: () => Promise<void>, logger: Logger): Promise<Liveness> {
+export async function keepWorkerPoolAlive(pool: pg.Pool, { poolId, kind }: Registration, ownSweep: () => Promise<void>, logger: Pick<Logger, 'warn'>): Promise<Liveness> {
   const beat = () =>
     pool.query(
       `INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ($1, $2, $3, $4)

@@ -1,11 +1,15 @@
 import { createHash, createHmac } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
+import { shownEndpoint } from '../subscriptions/endpoints.ts';
+import { ShutdownAbort, type Channel } from './channel.ts';
+import type { Target } from './delivery.ts';
 import { ForbiddenAddressError } from './ssrf.ts';
 
 /**
- * One outbound webhook call: the exact bytes, signed, with the subscription's
- * headers, under an overall deadline, and its result classified as the spec's
- * response-handling table says.
+ * The rest-hook channel (src/dispatch/channel.ts): one outbound webhook call,
+ * the exact bytes, signed, with the subscription's headers, under an overall
+ * deadline, and its result classified as the spec's response-handling table
+ * says.
  */
 
 export type CallResult = {
@@ -37,6 +41,58 @@ export type CallOptions = {
 const excerptLimit = 1024;
 /** Read past the excerpt by this much, so that a secret cut by its end is still found whole and redacted. */
 const excerptMargin = 4096;
+
+/**
+ * Rest-hook: POSTs the notification to the subscriber's endpoint, signed,
+ * with an OAuth token when configured, within the places its origin has
+ * (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN). The Standard Webhooks webhook-id,
+ * when those headers are on, is made from the notification's `message`.
+ */
+export const restHook: Channel = {
+  async send(context, target, { body: resource, message }, signal) {
+    const body = Buffer.from(JSON.stringify(resource));
+    let token: string | undefined;
+    if (context.tokens) {
+      try {
+        token = await context.tokens.token();
+      } catch (error) {
+        context.metrics.tokenRequestFailed();
+        // TokenEndpointError messages say what failed ("OAuth token endpoint answered HTTP 500: …").
+        const reason = error instanceof Error ? error.message : String(error);
+        return {
+          verdict: 'retryable',
+          httpStatus: undefined,
+          error: reason,
+          responseExcerpt: undefined,
+          retryAfterSeconds: undefined,
+          startedAt: new Date(),
+          durationMs: 0,
+          failedAt: 'token-endpoint',
+        };
+      }
+    }
+    const standard = context.delivery.standardSignatures ? { messageId: messageId(target.id, message) } : undefined;
+    const giveBack = await context.originCalls.take(target.endpoint, target.id, signal);
+    let result: CallResult;
+    try {
+      result = await postWebhook(target.endpoint, body, outboundHeaders(target.headers, body, signingSecrets(target), token, standard), {
+        dispatcher: context.dispatcher,
+        responseTimeoutMs: Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity),
+        ...(signal === undefined ? {} : { signal }),
+      });
+    } finally {
+      giveBack();
+    }
+    if (result.refusedAddress !== undefined) {
+      context.logger.warn({ subscriptionId: target.id, address: result.refusedAddress, error: result.error }, 'SSRF guard refused a delivery address');
+    }
+    // Only the abort itself: an answer that came in just before it stands.
+    if (signal?.aborted && result.verdict === 'retryable' && result.httpStatus === undefined) {
+      throw new ShutdownAbort(`the call to ${shownEndpoint(target.endpoint)} was cut short by the worker's shutdown; the job runs again`);
+    }
+    return result;
+  },
+};
 
 /** `sha256=<hex HMAC-SHA256 of the body>`, the X-Hub-Signature format. */
 export function signature(body: Buffer, secret: string): string {
@@ -73,6 +129,11 @@ function isServiceHeader(name: string): boolean {
  * rotation's overlap the secret before it (src/subscriptions/rotation.ts).
  */
 export type SigningSecrets = { current: string; previous: string | undefined };
+
+/** What a call made now is signed with: the current secret, and the previous one while its overlap lasts. */
+function signingSecrets({ secret, previousSecret }: Pick<Target, 'secret' | 'previousSecret'>): SigningSecrets {
+  return { current: secret, previous: previousSecret !== undefined && previousSecret.until.getTime() > Date.now() ? previousSecret.secret : undefined };
+}
 
 /** A message's webhook-id: what the message is (a subscription's event or handshake), hashed, the same for every retry. */
 export function messageId(subscriptionId: string, message: string): string {

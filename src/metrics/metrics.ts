@@ -76,6 +76,38 @@ export function createMetrics(database?: Db) {
     help: 'Requests to the OAuth token endpoint that gave no token (the call is not made and counts as a retryable failure)',
     registers,
   });
+  // The websocket channel's clients (src/dispatch/websocket.ts), in this process: an API process holds its own.
+  const websocketCounts: (() => { bound: number; unbound: number })[] = [];
+  new Gauge({
+    name: 'fhir_webhooks_websocket_connections',
+    help: "Websocket clients connected to this process, by state (bound: to at least one subscription; unbound: not yet, or no longer)",
+    labelNames: ['state'],
+    registers,
+    collect() {
+      const total = { bound: 0, unbound: 0 };
+      for (const counts of websocketCounts) {
+        const now = counts();
+        total.bound += now.bound;
+        total.unbound += now.unbound;
+      }
+      this.set({ state: 'bound' }, total.bound);
+      this.set({ state: 'unbound' }, total.unbound);
+    },
+  });
+  const websocketFrames = new Counter({
+    name: 'fhir_webhooks_websocket_frames_sent_total',
+    help: 'Text frames sent to websocket clients, by type (handshake, heartbeat, event-notification: notification Bundles; error: an OperationOutcome before a close)',
+    labelNames: ['type'],
+    registers,
+  });
+  const websocketCloses = new Counter({
+    name: 'fhir_webhooks_websocket_closes_total',
+    help: 'Websocket connections ended, by reason (client, idle, slow-client, token, malformed, too-large, key-limit, server-full, subscription-ended, shutdown)',
+    labelNames: ['reason'],
+    registers,
+  });
+  for (const type of websocketFrameTypes) websocketFrames.inc({ type }, 0);
+  for (const reason of websocketCloseReasons) websocketCloses.inc({ reason }, 0);
   for (const kind of deliveryKinds) {
     retries.inc({ kind }, 0);
     for (const outcome of ['delivered', 'retrying', 'failed'] satisfies DeliveryOutcome[]) deliveries.inc({ kind, outcome }, 0);
@@ -105,8 +137,35 @@ export function createMetrics(database?: Db) {
     tokenRequestFailed(): void {
       tokenFailures.inc();
     },
+    /** A websocket server's connection counts, read at each scrape. */
+    countWebsocketConnections(counts: () => { bound: number; unbound: number }): void {
+      websocketCounts.push(counts);
+    },
+    websocketFrameSent(type: WebsocketFrameType): void {
+      websocketFrames.inc({ type });
+    },
+    websocketClosed(reason: WebsocketCloseReason): void {
+      websocketCloses.inc({ reason });
+    },
   };
 }
+
+export const websocketFrameTypes = ['handshake', 'heartbeat', 'event-notification', 'error'] as const;
+export type WebsocketFrameType = (typeof websocketFrameTypes)[number];
+
+/**
+ * Why a websocket connection ended: the client closed it; idle (nothing
+ * bound, or no answer to pings, for WEBSOCKET_IDLE_TIMEOUT_SECONDS);
+ * slow-client (its send buffer passed WEBSOCKET_SEND_BUFFER_BYTES); token
+ * (an unknown, used or expired token, or one whose key or subscriptions no
+ * longer allow the bind); malformed (not a bind-with-token message);
+ * too-large (a message over WEBSOCKET_MAX_MESSAGE_BYTES); key-limit
+ * (WEBSOCKET_MAX_CONNECTIONS_PER_KEY); server-full (WEBSOCKET_MAX_CONNECTIONS);
+ * subscription-ended (its subscriptions were switched off, or its key revoked);
+ * shutdown (the process stopped).
+ */
+export const websocketCloseReasons = ['client', 'idle', 'slow-client', 'token', 'malformed', 'too-large', 'key-limit', 'server-full', 'subscription-ended', 'shutdown'] as const;
+export type WebsocketCloseReason = (typeof websocketCloseReasons)[number];
 
 /**
  * Gauges read at each scrape: the subscription events by state (waiting: due,

@@ -5,6 +5,7 @@ import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
 import { maxQueryLength } from '../search/query.ts';
 import { backport, payloadContents, type PayloadContent } from '../topics/backport.ts';
+import type { ChannelType } from '../dispatch/channel.ts';
 
 /**
  * What a POST of a Subscription asks for, validated. Refusals use the spec's
@@ -34,7 +35,10 @@ export type TopicCriteria = {
 /** Where and how the service calls the subscriber, whatever the subscription is on. */
 type Channel = {
   reason: string;
-  endpoint: string;
+  /** rest-hook; websocket only on a topic. */
+  channelType: ChannelType;
+  /** A rest-hook subscription's endpoint; undefined for a websocket one (its clients connect to the service). */
+  endpoint: string | undefined;
   payload: string | undefined;
   /** channel.header as sent, each `Name: value`. */
   headers: string[];
@@ -199,6 +203,27 @@ const createSchema = z.object({
   contact: z.array(contact, { error: 'contact must be an array' }).optional(),
 });
 
+/** An element that must not be given: `message` says why. */
+const absent = (message: string) => z.unknown().refine(() => false, message).optional();
+
+/**
+ * A topic-based subscription's websocket channel (Backport IG): no endpoint
+ * (its clients connect to the service and bind with $get-ws-binding-token's
+ * token), no headers (nothing is called). What concerns only calls to an
+ * endpoint is refused by name below (parseWebsocketChannel).
+ */
+const websocketSchema = z.object({
+  criteria: z.string(),
+  reason: z.string(required('reason')).min(1, 'reason is required'),
+  channel: z.object({
+    type: z.literal('websocket'),
+    endpoint: absent("channel.endpoint is for rest-hook: a websocket subscription's clients connect to the service (the websocket-url of $get-ws-binding-token)"),
+    payload: z.string().refine((payload) => acceptedPayloads.has(payload), 'channel.payload must be application/fhir+json').optional(),
+    header: absent('channel.header is sent with rest-hook calls; a websocket subscription has none (its clients authenticate with a binding token)'),
+  }),
+  contact: z.array(contact, { error: 'contact must be an array' }).optional(),
+});
+
 function isHttpUrl(text: string): boolean {
   try {
     const url = new URL(text);
@@ -238,6 +263,8 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
 
   if (resource.status === 'off') return { status: 'off', criteria, filterCriteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
+  // A classic subscription keeps the specification's refusal of any channel but rest-hook (createSchema).
+  if (onTopic && (resource.channel as { type?: unknown } | undefined)?.type === 'websocket') return parseWebsocketSubscription(resource, criteria, filterCriteria!, limits);
 
   const parsed = createSchema.safeParse(resource);
   if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
@@ -251,6 +278,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
     status: 'requested' as const,
     criteria,
     reason,
+    channelType: 'rest-hook' as const,
     endpoint: channel.endpoint,
     payload: channel.payload,
     headers,
@@ -267,6 +295,42 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
   const resourceType = criteria.split('?')[0]!;
   if (!isResourceType(resourceType)) throw refusal(`criteria=${criteria} is not a valid FHIR resource`);
   return { ...common, kind: 'criteria', compiled: compileOrRefuse(criteria) };
+}
+
+/**
+ * A topic-based subscription with channel.type websocket: the topic's
+ * channel settings that still mean something without calls (payload content,
+ * heartbeat period, max count); those about calls to an endpoint refused.
+ */
+function parseWebsocketSubscription(resource: Record<string, unknown>, criteria: string, filterCriteria: string[], limits: RequestLimits): SubscriptionRequest {
+  const parsed = websocketSchema.safeParse(resource);
+  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
+  const channelExtensions = extensionsAt('channel', resource.channel);
+  const callSettings = [
+    [backport.timeout, 'backport-timeout'],
+    [maxCallsPerSecondExtension(limits.baseUrl), 'max-calls-per-second'],
+    [parallelCallsExtension(limits.baseUrl), 'parallel-calls'],
+  ] as const;
+  for (const [url, name] of callSettings) {
+    if (channelExtensions.some((item) => item.url === url)) throw refusal(`channel's ${name} is about calls to a rest-hook endpoint; a websocket subscription has none`);
+  }
+  const payloadExtensions = extensionsAt('channel._payload', (resource.channel as { _payload?: unknown })._payload);
+  return {
+    status: 'requested',
+    criteria,
+    reason: parsed.data.reason,
+    channelType: 'websocket',
+    endpoint: undefined,
+    payload: parsed.data.channel.payload,
+    headers: [],
+    clientSecret: undefined,
+    contactEmails: (parsed.data.contact ?? []).map((item) => item.value),
+    maxCallsPerSecond: undefined,
+    parallelCalls: undefined,
+    kind: 'topic',
+    filterCriteria,
+    ...parseBackportChannel(channelExtensions, payloadExtensions, limits),
+  };
 }
 
 /**

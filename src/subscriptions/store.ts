@@ -13,6 +13,7 @@ import type { CompiledCriteria } from '../search/criteria.ts';
 import { backport } from '../topics/backport.ts';
 import { compileFilterCriteria, type CompiledFilters } from '../topics/compile.ts';
 import { canonicalOf, findTopic } from '../topics/store.ts';
+import { websocketUrl } from '../dispatch/channel.ts';
 
 /** What rendering and storing a subscription needs besides the database. */
 export type SubscriptionContext = {
@@ -37,7 +38,9 @@ type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_a
 /**
  * POST /Subscription: creates a subscription (status requested) and enqueues
  * its handshake in the same transaction, or switches off the live one with
- * the same criteria (status off). `created` tells which.
+ * the same criteria (status off). `created` tells which. A websocket
+ * subscription has no endpoint to shake hands with: it is active at once, and
+ * each client that binds to it gets its handshake then (src/dispatch/websocket.ts).
  */
 export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown, caller: Caller): Promise<{ created: boolean; resource: FhirResource }> {
   const request = parseSubscriptionRequest(body, context);
@@ -118,13 +121,15 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
 
 async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>, caller: Caller): Promise<Row> {
   const signingSecret = request.clientSecret ?? randomBytes(32).toString('base64url');
+  const websocket = request.channelType === 'websocket';
   const { id } = await db
     .insertInto('webhook.subscriptions')
     .values({
-      status: 'requested',
+      status: websocket ? 'active' : 'requested',
       criteria: request.criteria,
       ...(request.kind === 'criteria' ? criteriaColumns(request.compiled) : await topicColumns(db, request.criteria, request)),
-      ...endpointColumns(request.endpoint, context.box),
+      channel_type: request.channelType,
+      ...endpointColumns(request.endpoint ?? websocketUrl(context.baseUrl), context.box),
       payload: request.payload ?? null,
       headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
       signing_secret_encrypted: context.box.seal(signingSecret),
@@ -147,7 +152,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       throw error;
     });
   // In the creating transaction: the handshake is enqueued if and only if the subscription commits.
-  await enqueueJob(db, 'subscription_handshake', { subscriptionId: id }, { jobKey: `handshake:${id}` });
+  if (!websocket) await enqueueJob(db, 'subscription_handshake', { subscriptionId: id }, { jobKey: `handshake:${id}` });
   return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
@@ -277,8 +282,9 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
     ...(row.error === null ? {} : { error: row.error }),
     channel: {
       ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
-      type: 'rest-hook',
-      endpoint: wholeEndpoint(row, context.box),
+      type: row.channel_type,
+      // A websocket subscription's clients connect to the service: its channel names no endpoint.
+      ...(row.channel_type === 'websocket' ? {} : { endpoint: wholeEndpoint(row, context.box) }),
       ...(row.payload === null ? {} : { payload: row.payload }),
       ...(onTopic ? { _payload: { extension: [{ url: backport.payloadContent, valueCode: row.payload_content }] } } : {}),
       ...(headers.length === 0 ? {} : { header: headers }),

@@ -28,6 +28,7 @@ export const backport = {
   serverCapabilities: `${base}/CapabilityStatement/backport-subscription-server-r4`,
   statusOperation: `${base}/OperationDefinition/backport-subscription-status`,
   eventsOperation: `${base}/OperationDefinition/backport-subscription-events`,
+  getWsBindingTokenOperation: `${base}/OperationDefinition/backport-subscription-get-ws-binding-token`,
 } as const;
 
 /**

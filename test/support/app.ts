@@ -31,14 +31,15 @@ export type TestApp = {
  * loopback port and names itself by that address in its links, for a client
  * that follows them (fhir-kit-client's nextPage). With `outbound`, the
  * settings of the calls the API makes itself ($reactivate, and the default
- * overlap of $rotate-secret). With `logger`, the app logs there.
+ * overlap of $rotate-secret); with `websocket`, the websocket channel's limits. With `logger`,
+ * the app logs there.
  */
-export async function startTestApp(options: { metrics?: boolean; listen?: boolean; outbound?: AppOptions['outbound']; logger?: AppOptions['logger'] } = {}): Promise<TestApp> {
+export async function startTestApp(options: { metrics?: boolean; listen?: boolean; outbound?: AppOptions['outbound']; logger?: AppOptions['logger']; websocket?: AppOptions['websocket'] } = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const metrics = options.metrics === true ? createMetrics(database.db) : undefined;
   const port = options.listen === true ? await freePort() : undefined;
   const appBaseUrl = port === undefined ? baseUrl : `http://127.0.0.1:${port}`;
-  const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: options.logger ?? pino({ level: 'silent' }), metrics, outbound: options.outbound });
+  const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: options.logger ?? pino({ level: 'silent' }), metrics, outbound: options.outbound, websocket: options.websocket });
   if (port !== undefined) await app.listen({ port, host: '127.0.0.1' });
   const { key: apiKey } = await createApiKey(database.db, 'test');
   return {

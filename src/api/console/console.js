@@ -117,7 +117,7 @@ function renderSubscriptions(subscriptions) {
   );
 }
 
-function renderDetail({ subscription, attempts, queued }) {
+function renderDetail({ subscription, attempts, queued, websocketClients }) {
   $('#detail').hidden = false;
   $('#detail-title').textContent = `${subscription.subscribedTo} → ${subscription.endpoint}${subscription.topic === null ? '' : `, latest event ${subscription.topic.lastEventNumber}`}`;
   fill(
@@ -147,6 +147,17 @@ function renderDetail({ subscription, attempts, queued }) {
     queued.map((work) => {
       const row = document.createElement('tr');
       row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), timeCell(work.waitingSince), timeCell(work.nextRunAt));
+      return row;
+    }),
+  );
+  // A websocket subscription's clients, whichever API process holds them; none for a rest-hook one.
+  $('#websocket').hidden = websocketClients === null;
+  fill(
+    $('#websocket-clients'),
+    (websocketClients ?? []).map((client) => {
+      const row = document.createElement('tr');
+      row.dataset.key = client.connection;
+      row.append(timeCell(client.boundAt), cell(client.address), cell(client.connection, 'code'), cell(client.server, 'code'));
       return row;
     }),
   );

@@ -58,6 +58,12 @@ const attempt = z.object({
   error: z.string().nullable(),
   responseExcerpt: z.string().nullable().describe("The start of the subscriber's answer (the service's secrets redacted)"),
 });
+const websocketClient = z.object({
+  connection: z.string().describe("The client's connection id"),
+  address: z.string().describe("The client's address as the API saw it (behind a proxy, the proxy's)"),
+  server: z.string().describe('The API process that holds it (webhook.worker_pools)'),
+  boundAt: z.string(),
+});
 const queued = z.object({ task: z.string(), items: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
 
 /**
@@ -75,6 +81,20 @@ export const consolePage: FastifyPluginAsync = async (app) => {
   file('/console/console.css', 'console.css', 'text/css; charset=utf-8');
   file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
 };
+
+/** A websocket subscription's bound clients, oldest first; null for a rest-hook subscription. */
+async function boundClients(db: Db, id: string): Promise<z.infer<typeof websocketClient>[] | null> {
+  const subscription = await db.selectFrom('webhook.subscriptions').select('channel_type').where('id', '=', id).executeTakeFirstOrThrow();
+  if (subscription.channel_type !== 'websocket') return null;
+  const rows = await db
+    .selectFrom('webhook.websocket_bindings')
+    .select(['connection_id', 'client_address', 'server_id', 'bound_at'])
+    .where('subscription_id', '=', id)
+    .orderBy('bound_at')
+    .orderBy('connection_id')
+    .execute();
+  return rows.map((row) => ({ connection: row.connection_id, address: row.client_address, server: row.server_id, boundAt: row.bound_at.toISOString() }));
+}
 
 /** The console's data, at /console/api; app.ts puts it behind the API key and the per-key limit. */
 export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api, { db }) => {
@@ -98,7 +118,16 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
         tags: ['Console'],
         operationId: 'consoleSubscription',
         params: z.object({ id: z.string() }),
-        response: { 200: z.object({ subscription: subscriptionSummary, attempts: z.array(attempt), queued: z.array(queued) }), ...commonRefusals, 404: operationOutcome },
+        response: {
+          200: z.object({
+            subscription: subscriptionSummary,
+            attempts: z.array(attempt),
+            queued: z.array(queued),
+            websocketClients: z.array(websocketClient).nullable().describe('A websocket subscription: the clients bound to it now, whichever API process holds them; null for a rest-hook one'),
+          }),
+          ...commonRefusals,
+          404: operationOutcome,
+        },
       },
     },
     async (request) => {
@@ -107,7 +136,7 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
       if (subscription === undefined) throw notFound(`Subscription/${id} is not known`);
       const attempts = (await recentAttempts(db, id, 50)).map((call) => ({ ...call, startedAt: call.startedAt.toISOString() }));
       const work = (await queuedWork(db, id)).map((item) => ({ ...item, waitingSince: item.waitingSince?.toISOString() ?? null, nextRunAt: item.nextRunAt?.toISOString() ?? null }));
-      return { subscription: summaryJson(subscription), attempts, queued: work };
+      return { subscription: summaryJson(subscription), attempts, queued: work, websocketClients: await boundClients(db, id) };
     },
   );
 };

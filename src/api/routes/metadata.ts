@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { resourceTypes } from '../../fhir/definitions.ts';
 import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
 import type { Db } from '../../db/database.ts';
+import { websocketUrl } from '../../dispatch/channel.ts';
 import { backport } from '../../topics/backport.ts';
 import { activeTopicCanonicals } from '../../topics/store.ts';
 import { fhirJson } from '../errors.ts';
@@ -29,6 +30,8 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     patchFormat: ['application/json-patch+json'],
     rest: [
       {
+        // Where a websocket subscription's clients connect (the IG's websocket flow; $get-ws-binding-token answers it too).
+        extension: [{ url: 'http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket', valueUri: websocketUrl(serviceBase.replace(/\/fhir\/resources$/, '')) }],
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
         resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities([]) : storedResourceCapabilities(type))),
@@ -100,6 +103,7 @@ function subscriptionCapabilities(topics: string[]) {
     operation: [
       { name: 'status', definition: backport.statusOperation },
       { name: 'events', definition: backport.eventsOperation },
+      { name: 'get-ws-binding-token', definition: backport.getWsBindingTokenOperation },
     ],
   };
 }

@@ -20,6 +20,7 @@ import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subs
 import { nothingToResend, resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
 import { refusal } from '../../subscriptions/requests.ts';
 import { reactivateOnRequest } from '../../subscriptions/reactivation.ts';
+import { issueBindingToken, maxSubscriptionsPerToken } from '../../subscriptions/binding-tokens.ts';
 import { checkedOverlapSeconds, checkedSecret, rotateSigningSecret, type RotationRequest } from '../../subscriptions/rotation.ts';
 import type { CallContext } from '../../dispatch/delivery.ts';
 import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
@@ -30,10 +31,12 @@ export type SubscriptionRoutesOptions = {
   context: SubscriptionContext;
   /** How $reactivate calls the subscriber (src/subscriptions/reactivation.ts). */
   calls: CallContext;
+  /** How long a $get-ws-binding-token token may be used (WEBSOCKET_BINDING_TOKEN_SECONDS). */
+  bindingTokenSeconds: number;
 };
 
 /** The Subscription endpoints of the spec: create or switch off, search, read; no update. */
-export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> = async (app, { db, serviceBase, context, calls }) => {
+export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> = async (app, { db, serviceBase, context, calls, bindingTokenSeconds }) => {
   // The spec gives these endpoints their own refusal format: every 400 (malformed JSON included) uses it.
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const { status, outcome } = errorOutcome(error, request);
@@ -45,11 +48,12 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
     {
       schema: {
         summary: 'Create a subscription (status requested) or switch one off (status off)',
-        description: "A new subscription is requested: the service calls its endpoint (the handshake) and makes it active on a 2xx. Status off switches off every subscription with the criteria. Refusals use the spec's format.",
+        description:
+          "A new subscription is requested: the service calls its endpoint (the handshake) and makes it active on a 2xx. A topic-based subscription with channel.type websocket has no endpoint: it is active at once, and its clients bind with $get-ws-binding-token. Status off switches off every subscription with the criteria. Refusals use the spec's format.",
         ...fhirOperation('Subscriptions', 'submitSubscription', true),
         body: subscription,
         response: {
-          201: subscription.describe('Created, status requested; the reason echoed, a generated secret never shown'),
+          201: subscription.describe('Created, status requested (active for a websocket subscription); the reason echoed, a generated secret never shown'),
           200: subscription.describe('Switched off'),
           ...commonRefusals,
           400: operationOutcome.describe("Refused, in the spec's format: the reason names the field"),
@@ -60,7 +64,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
     },
     async (request, reply) => {
       const { created, resource } = await submitSubscription(db, context, request.body, callerOf(request));
-      request.log.info({ subscriptionId: resource.id }, created ? 'subscription created (requested)' : 'subscription switched off');
+      request.log.info({ subscriptionId: resource.id }, created ? `subscription created (${String(resource.status)})` : 'subscription switched off');
       return reply.code(created ? 201 : 200).type(fhirJson).header('location', `${serviceBase}/Subscription/${resource.id}`).send(resource);
     },
   );
@@ -205,6 +209,52 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
       return reply.type(fhirJson).send(resendAnswer(outcome));
     },
   );
+
+  /** $get-ws-binding-token's answer for the subscriptions `ids` names (none: every websocket subscription the key sees). */
+  const bindingToken = async (request: FastifyRequest, ids: string[]) => {
+    const token = await issueBindingToken(db, { baseUrl: context.baseUrl, caller: callerOf(request), ids, lifetimeSeconds: bindingTokenSeconds });
+    // The token itself is never logged: it is a credential until used.
+    request.log.info({ subscriptions: ids.length === 0 ? 'every websocket subscription of the key' : ids }, 'websocket binding token issued');
+    return token;
+  };
+  const tokenAnswer = resource.describe('A Parameters: token (valueString, shown once), expiration (valueDateTime), subscription (valueString, one per subscription it binds), websocket-url (valueUrl)');
+
+  byGetAndPost({
+    url: '/Subscription/$get-ws-binding-token',
+    schema: {
+      summary: 'A token for a websocket client to bind to websocket subscriptions (Backport IG $get-ws-binding-token, type level)',
+      description: `A token for the subscriptions named by id (repeated or comma-separated; without id, every websocket subscription the key sees that is not off, at most ${maxSubscriptionsPerToken}). It binds once (the websocket message bind-with-token <token>), within WEBSOCKET_BINDING_TOKEN_SECONDS, for this key only. By GET, or by POST with a Parameters body.`,
+      ...fhirOperation('Subscriptions', 'getWsBindingToken'),
+      querystring: z.looseObject({ id: z.string().optional().describe('Subscription ids, comma-separated or repeated') }),
+      response: { 200: tokenAnswer, ...commonRefusals, 404: operationOutcome.describe('A subscription named is not known (or created by another key)') },
+    },
+    handler: async (request, reply) => {
+      const ids: string[] = [];
+      for (const [name, value] of operationInput(request)) {
+        if (formatParameters.has(name)) continue;
+        if (name !== 'id') throw refusal(`Unknown parameter '${name}' for $get-ws-binding-token (supported: id)`);
+        ids.push(...value.split(',').filter((id) => id !== ''));
+      }
+      return reply.type(fhirJson).send(await bindingToken(request, ids));
+    },
+  });
+
+  byGetAndPost({
+    url: '/Subscription/:id/$get-ws-binding-token',
+    schema: {
+      summary: 'A token for a websocket client to bind to this websocket subscription (Backport IG $get-ws-binding-token)',
+      description: 'A token that binds this subscription once (the websocket message bind-with-token <token>), within WEBSOCKET_BINDING_TOKEN_SECONDS, for this key only. An id parameter is ignored, as the IG says. By GET, or by POST.',
+      ...fhirOperation('Subscriptions', 'getWsBindingTokenOfSubscription'),
+      params: z.object({ id: z.string().describe("The subscription's id") }),
+      response: { 200: tokenAnswer, ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+    },
+    handler: async (request, reply) => {
+      const { id } = request.params as { id: string };
+      const unknown = operationInput(request).find(([name]) => !formatParameters.has(name) && name !== 'id');
+      if (unknown !== undefined) throw refusal(`Unknown parameter '${unknown[0]}' for $get-ws-binding-token (supported: id, ignored at the instance level)`);
+      return reply.type(fhirJson).send(await bindingToken(request, [id]));
+    },
+  });
 
   // An operation that changes state: POST only (FHIR: an operation with affectsState is not invoked by GET).
   app.post<{ Params: { id: string } }>(

@@ -303,17 +303,24 @@ class TargetCache {
 }
 
 /**
- * LISTENs on the notification trigger's channel on a connection of its own
- * (to the server itself: a transaction-mode pooler cannot carry a LISTEN),
- * calling `notified` for each notification; connects again after an error
- * (the poll covers the gap).
+ * LISTENs on `channel` (the notification trigger's, by default) on a
+ * connection of its own (to the server itself: a transaction-mode pooler
+ * cannot carry a LISTEN), calling `notified` with each notification's payload,
+ * and without one once connected (again); connects again after an error (the
+ * poll covers the gap).
  */
-function listenForEvents(connectionString: string, notified: () => void, logger: DispatchContext['logger'], stopping: () => boolean): { close(): Promise<void> } {
+export function listenForEvents(
+  connectionString: string,
+  notified: (payload?: string) => void,
+  logger: Pick<DispatchContext['logger'], 'warn'>,
+  stopping: () => boolean,
+  { channel = eventsChannel, applicationName = 'fhir-webhooks event listener' } = {},
+): { close(): Promise<void> } {
   let client: pg.Client | undefined;
   let retry: NodeJS.Timeout | undefined;
   const connect = async () => {
-    const next = new pg.Client({ connectionString, connectionTimeoutMillis: 5_000, application_name: 'fhir-webhooks event listener' });
-    next.on('notification', notified);
+    const next = new pg.Client({ connectionString, connectionTimeoutMillis: 5_000, application_name: applicationName });
+    next.on('notification', (message) => notified(message.payload));
     next.on('error', (error) => {
       logger.warn({ err: error }, 'the event listener lost its database connection; connecting again');
       void next.end().catch(() => undefined);
@@ -322,7 +329,7 @@ function listenForEvents(connectionString: string, notified: () => void, logger:
     });
     try {
       await next.connect();
-      await next.query(`LISTEN ${eventsChannel}`);
+      await next.query(`LISTEN ${channel}`);
       if (stopping()) return void (await next.end());
       client = next;
       notified();

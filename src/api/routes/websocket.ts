@@ -1,0 +1,40 @@
+import websocketPlugin from '@fastify/websocket';
+import type { FastifyPluginAsync } from 'fastify';
+import { websocketPath } from '../../dispatch/channel.ts';
+import { FhirError } from '../../fhir/outcome.ts';
+import type { WebsocketServer } from '../websocket-server.ts';
+
+export type WebsocketRoutesOptions = {
+  server: WebsocketServer;
+  /** WEBSOCKET_MAX_MESSAGE_BYTES: a longer message closes the connection (1009). */
+  maxMessageBytes: number;
+};
+
+/**
+ * The websocket channel's endpoint on the API's port (@fastify/websocket):
+ * GET WEBSOCKET_PATH upgraded, without an API key (a browser's WebSocket
+ * cannot send one): the client authenticates with its bind-with-token
+ * message (src/api/websocket-server.ts).
+ */
+export const websocketRoutes: FastifyPluginAsync<WebsocketRoutesOptions> = async (app, { server, maxMessageBytes }) => {
+  await app.register(websocketPlugin, {
+    options: { maxPayload: maxMessageBytes },
+    // ws closes the connection itself (1009 for a message over maxPayload; a reset socket is gone).
+    errorHandler: (error, socket) => server.failed(socket, error),
+    // The clients are told the service is stopping (1001), then the ws server closes.
+    preClose: async () => {
+      await server.close();
+      await new Promise<void>((resolve) => app.websocketServer.close(() => resolve()));
+    },
+  });
+  app.route({
+    method: 'GET',
+    url: websocketPath,
+    schema: { hide: true },
+    // A plain GET (no upgrade): told where it is, as every refusal is, in an OperationOutcome.
+    handler: async () => {
+      throw new FhirError(426, 'not-supported', `${websocketPath} is the websocket channel's endpoint: connect with a websocket client, then send bind-with-token <token> (a token from $get-ws-binding-token)`);
+    },
+    wsHandler: (socket, request) => server.accept(socket, request.ip),
+  });
+};
