@@ -1,16 +1,12 @@
-import { readFileSync } from 'node:fs';
-import pino from 'pino';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
 import { claimEvents, claimNextBatch, settleClaim, type ClaimedEvent } from '../src/dispatch/events/log.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
-import { addTopics } from '../src/topics/store.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { type TestApp } from './support/app.ts';
 import { eventNumbers } from './support/backport-conformance.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { waitFor, type Receiver } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
+import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
  * Claims bounded by bytes as well as events (issue 26, item 7): a worker
@@ -185,32 +181,20 @@ describe('the claim functions, bounded by bytes', () => {
 describe('a worker with DELIVERY_MAX_CLAIMED_BYTES', () => {
   const maxClaimedBytes = 600_000;
   const events = 24;
-  const topicUrl = 'http://example.org/topics/encounter-complete';
-  const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+  const topicUrl = exampleTopicUrl;
+  const ig = backportIg;
   let t: TestApp;
-  let workers: Workers;
-  const receivers: Receiver[] = [];
+  let stack: TopicStack;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    workers = await startWorkers(
-      loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_CLAIMED_BYTES: String(maxClaimedBytes) }),
-      t.database,
-      testSecretsKey,
-      pino({ level: 'silent' }),
-    );
-    await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+    stack = await startTopicStack({ DELIVERY_MAX_CLAIMED_BYTES: String(maxClaimedBytes) });
+    t = stack.t;
   });
-  afterAll(async () => {
-    await workers.stop();
-    await Promise.all(receivers.map((receiver) => receiver.close()));
-    await t.close();
-  });
+  afterAll(() => stack?.close());
 
   /** A receiver answering each call after 20 to 40 ms, that keeps the most bytes of bodies it held at once. */
   async function slowReceiver(): Promise<Receiver & { mostBytesAtOnce: () => number; mostCallsAtOnce: () => number }> {
-    const receiver = await startReceiver();
-    receivers.push(receiver);
+    const receiver = await stack.receiver();
     let bytes = 0;
     let calls = 0;
     let mostBytes = 0;

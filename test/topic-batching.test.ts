@@ -1,15 +1,11 @@
-import { readFileSync } from 'node:fs';
 import { verify } from '@octokit/webhooks-methods';
-import pino from 'pino';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
-import { addTopics } from '../src/topics/store.ts';
-import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { serviceBase, type TestApp } from './support/app.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
-import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
+import { waitFor, type ReceivedCall } from './support/receiver.ts';
 import { statusOf, untilStatus } from './support/subscriptions.ts';
+import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
  * Several events per notification (issue 28, part 2): a topic-based
@@ -21,43 +17,25 @@ import { statusOf, untilStatus } from './support/subscriptions.ts';
  */
 
 let t: TestApp;
-let workers: Workers;
-const receivers: Receiver[] = [];
+let stack: TopicStack;
 
-const topicUrl = 'http://example.org/topics/encounter-complete';
-const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+const topicUrl = exampleTopicUrl;
+const ig = backportIg;
 const secret = 'batch-secret';
 /** Long enough for a test to write more events while a failed notification waits for its retry. */
 const retryDelayMs = 1_000;
 
 beforeAll(async () => {
-  t = await startTestApp();
-  workers = await startWorkers(
-    loadConfig({
-      BASE_URL: baseUrl,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-      WEBHOOK_STANDARD_SIGNATURES: 'true',
-      DELIVERY_RETRY_DELAYS_MS: String(retryDelayMs),
-      DELIVERY_MAX_FAILURES: '3',
-    }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+  stack = await startTopicStack({ WEBHOOK_STANDARD_SIGNATURES: 'true', DELIVERY_RETRY_DELAYS_MS: String(retryDelayMs), DELIVERY_MAX_FAILURES: '3' });
+  t = stack.t;
 });
-afterAll(async () => {
-  await workers.stop();
-  await Promise.all(receivers.map((receiver) => receiver.close()));
-  await t.close();
-});
+afterAll(() => stack?.close());
 
 type Content = 'empty' | 'id-only' | 'full-resource';
 
 /** A topic-based subscription on the patient given, active once its handshake is answered; its receiver's calls after the handshake. */
 async function subscribe(patient: string, { content = 'id-only', maxCount }: { content?: Content; maxCount?: number } = {}) {
-  const receiver = await startReceiver();
-  receivers.push(receiver);
+  const receiver = await stack.receiver();
   const response = await t.fhir('POST', '/Subscription', {
     resourceType: 'Subscription',
     status: 'requested',

@@ -1,14 +1,10 @@
-import { readFileSync } from 'node:fs';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { maxParallelCalls } from '../src/subscriptions/requests.ts';
-import { addTopics } from '../src/topics/store.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { baseUrl, type TestApp } from './support/app.ts';
 import { eventNumbers } from './support/backport-conformance.ts';
-import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
+import { waitFor } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
+import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
  * Calls in flight per subscription (issue 26, item 7): a topic-based
@@ -22,11 +18,10 @@ import { untilStatus } from './support/subscriptions.ts';
  */
 
 let t: TestApp;
-let workers: Workers;
-const receivers: Receiver[] = [];
+let stack: TopicStack;
 
-const topicUrl = 'http://example.org/topics/encounter-complete';
-const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+const topicUrl = exampleTopicUrl;
+const ig = backportIg;
 const parallelCalls = `${baseUrl}/fhir/resources/StructureDefinition/parallel-calls`;
 /** What the service lets a classic subscription have in flight when it does not say. */
 const serviceParallelCalls = 8;
@@ -34,26 +29,10 @@ const serviceParallelCalls = 8;
 const events = 30;
 
 beforeAll(async () => {
-  t = await startTestApp();
-  workers = await startWorkers(
-    loadConfig({
-      BASE_URL: baseUrl,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-      DELIVERY_PARALLEL_CALLS: String(serviceParallelCalls),
-      DELIVERY_RETRY_DELAYS_MS: '100',
-      DELIVERY_MAX_FAILURES: '3',
-    }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+  stack = await startTopicStack({ DELIVERY_PARALLEL_CALLS: String(serviceParallelCalls), DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_MAX_FAILURES: '3' });
+  t = stack.t;
 });
-afterAll(async () => {
-  await workers.stop();
-  await Promise.all(receivers.map((receiver) => receiver.close()));
-  await t.close();
-});
+afterAll(() => stack?.close());
 
 /** A receiver and what it saw: the event numbers in arrival order (topic-based notifications), the calls after the handshake, the most held at once. */
 type Watched = { url: string; arrivals: number[]; notifications: () => number; mostAtOnce: () => number };
@@ -63,8 +42,7 @@ type Watched = { url: string; arrivals: number[]; notifications: () => number; m
  * 503 to the first call of the event numbered `failOnce`.
  */
 async function watchingReceiver({ delayMs: [least, most], failOnce }: { delayMs: [number, number]; failOnce?: number }): Promise<Watched> {
-  const receiver = await startReceiver();
-  receivers.push(receiver);
+  const receiver = await stack.receiver();
   const arrivals: number[] = [];
   let inFlight = 0;
   let mostAtOnce = 0;

@@ -1,18 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { verify } from '@octokit/webhooks-methods';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
 import { minHeartbeatPeriodSeconds } from '../src/subscriptions/requests.ts';
 import { addTopics, retireTopic } from '../src/topics/store.ts';
-import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
+import { serviceBase, type TestApp } from './support/app.ts';
 import { childEnvironment, runCommand } from './support/commands.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
-import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
+import { waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
+import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
  * Topic-based subscriptions (Backport IG) end to end: created through the
@@ -21,33 +19,18 @@ import { untilStatus } from './support/subscriptions.ts';
  */
 
 let t: TestApp;
-let workers: Workers;
-const receivers: Receiver[] = [];
+let stack: TopicStack;
 
-const topicUrl = 'http://example.org/topics/encounter-complete';
-const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+const topicUrl = exampleTopicUrl;
+const ig = backportIg;
 
 beforeAll(async () => {
-  t = await startTestApp();
-  workers = await startWorkers(
-    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_MAX_FAILURES: '3', DELIVERY_RESPONSE_TIMEOUT_MS: '5000' }),
-    t.database,
-    testSecretsKey,
-    pino({ level: 'silent' }),
-  );
-  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+  stack = await startTopicStack({ DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_MAX_FAILURES: '3', DELIVERY_RESPONSE_TIMEOUT_MS: '5000' });
+  t = stack.t;
 });
-afterAll(async () => {
-  await workers.stop();
-  await Promise.all(receivers.map((receiver) => receiver.close()));
-  await t.close();
-});
+afterAll(() => stack?.close());
 
-async function receiver(): Promise<Receiver> {
-  const started = await startReceiver();
-  receivers.push(started);
-  return started;
-}
+const receiver = () => stack.receiver();
 
 type Options = { content?: string; filters?: string[]; channelExtensions?: unknown[]; criteria?: string; endpoint?: string };
 
