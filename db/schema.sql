@@ -100,7 +100,7 @@ CREATE TABLE webhook.delivery_attempts (
   CONSTRAINT delivery_attempts_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
 );
 COMMENT ON COLUMN webhook.delivery_attempts.event_number IS 'For a notification: the subscription''s number of the event it sent (webhook.subscription_events.event_number).';
-COMMENT ON TABLE webhook.delivery_attempts IS 'Every outbound webhook call (handshakes and notifications), kept DELIVERY_LOG_RETENTION_DAYS days.';
+COMMENT ON TABLE webhook.delivery_attempts IS 'Every attempt to deliver to a subscriber (handshakes, notifications, heartbeats), one row per event a call carried: a call of N events (backport-max-count) is N rows with the same started_at and outcome. Kept DELIVERY_LOG_RETENTION_DAYS days.';
 
 CREATE TABLE webhook.secret_rotations (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -397,7 +397,7 @@ CREATE VIEW webhook.delivery_log AS
     s.failure_count
    FROM webhook.delivery_attempts a
      JOIN webhook.subscriptions s ON s.id = a.subscription_id;
-COMMENT ON VIEW webhook.delivery_log IS 'Every call to a subscriber (webhook.delivery_attempts) with what its subscription is: criteria, endpoint (credentials masked), status, failure count. Newest first: ORDER BY started_at DESC.';
+COMMENT ON VIEW webhook.delivery_log IS 'Every attempt to deliver to a subscriber (webhook.delivery_attempts: a call of N events is N rows with the same started_at) with what its subscription is: criteria, endpoint (credentials masked), status, failure count. Newest first: ORDER BY started_at DESC.';
 
 CREATE VIEW webhook.failing_subscriptions AS
  SELECT s.id AS subscription_id,

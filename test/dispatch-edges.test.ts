@@ -474,7 +474,7 @@ describe('deactivation alerts of a flapping subscriber', () => {
 describe('delivery log', () => {
   const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_LOG_RETENTION_DAYS: '30' }));
 
-  it('the cleanup job deletes the attempts and settled events older than the retention and keeps the others', async () => {
+  it('the cleanup job deletes the attempts and settled events older than the retention and the previous signing secrets past their overlap, and keeps the others', async () => {
     const { t } = stack.current();
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Patient?active=true', endpoint.url);
@@ -497,6 +497,15 @@ describe('delivery log', () => {
     await event(id, 41, 40, 'old');
     await event(id, 29, 29, 'recent');
     await event(randomUUID(), 50, null, 'waiting');
+    // A previous signing secret whose rotation overlap has ended is dropped; one still in its overlap stays.
+    const { id: overlapping } = await subscribe(t, 'Patient?active=false', endpoint.url);
+    const previousSecret = (subscriptionId: string, untilSecondsFromNow: number) =>
+      t.database.pool.query(`UPDATE webhook.subscriptions SET previous_signing_secret_encrypted = '\\x00', previous_secret_until = now() + make_interval(secs => $2) WHERE id = $1`, [
+        subscriptionId,
+        untilSecondsFromNow,
+      ]);
+    await previousSecret(id, -60);
+    await previousSecret(overlapping, 3600);
 
     const { rows: jobs } = await t.database.pool.query<{ id: string }>(`SELECT id FROM graphile_worker.add_job('delivery_log_cleanup')`);
     // A job that succeeded is deleted; one that failed stays, with its error.
@@ -511,6 +520,8 @@ describe('delivery log', () => {
     ]);
     const { rows: events } = await t.database.pool.query(`SELECT resource_id FROM webhook.subscription_events ORDER BY resource_id`);
     expect(events.map((row) => row.resource_id)).toEqual(['recent', 'waiting']);
+    const { rows: secrets } = await t.database.pool.query(`SELECT id, previous_signing_secret_encrypted IS NOT NULL AS kept FROM webhook.subscriptions WHERE id = ANY($1)`, [[id, overlapping]]);
+    expect(Object.fromEntries(secrets.map((row) => [row.id, row.kept]))).toEqual({ [id]: false, [overlapping]: true });
   });
 
   it('the webhook.delivery_log view shows each attempt with its subscription criteria and endpoint', async () => {

@@ -8,8 +8,10 @@ const chunk = 5_000;
  * delivery_log_cleanup: daily (graphile-worker's crontab), deletes the attempt
  * records and the settled events older than DELIVERY_LOG_RETENTION_DAYS, a
  * chunk at a time through their time indexes (pending events are never
- * deleted), and graphile-worker's queues left without jobs (those of the
- * version before the event log).
+ * deleted); the previous signing secrets whose rotation overlap has ended
+ * (they sign nothing any more: kept, they are a secret stored for no use);
+ * and graphile-worker's queues left without jobs (those of the version before
+ * the event log).
  */
 export async function deliveryLogCleanup(context: DispatchContext): Promise<void> {
   const days = context.delivery.logRetentionDays;
@@ -24,5 +26,10 @@ export async function deliveryLogCleanup(context: DispatchContext): Promise<void
     sql`DELETE FROM webhook.subscription_events WHERE id IN (
           SELECT id FROM webhook.subscription_events WHERE status <> 'pending' AND settled_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(context.db),
   );
+  await context.db
+    .updateTable('webhook.subscriptions')
+    .set({ previous_signing_secret_encrypted: null, previous_secret_until: null })
+    .where('previous_secret_until', '<=', new Date())
+    .execute();
   await context.workerUtils.cleanup({ tasks: ['GC_JOB_QUEUES'] });
 }
