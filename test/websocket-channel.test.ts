@@ -604,7 +604,7 @@ describe("a bind's order, step by step", () => {
     const subject = { serviceBase: t.serviceBase, subscriptionId: id, topicUrl, payloadContent: 'id-only' as const, status: 'active' as const };
     const event = { eventNumber: number, timestamp: new Date().toISOString(), resourceType: 'Encounter', resourceId: `order-${number}`, versionId: 1, deleted: false };
     const target = { id, channel: 'websocket' } as Target;
-    return websocket.send({ db: t.database.db } as CallContext, target, { body: notificationBundle(statusParameters(subject, 'event-notification', number, [event]), subject, [event]), message: `Encounter/order-${number}/_history/1` });
+    return websocket.send({ db: t.database.db } as CallContext, target, { body: notificationBundle(statusParameters(subject, 'event-notification', number, [event]), subject, [event]), message: `Encounter/order-${number}/_history/1`, type: 'event-notification', lastEventNumber: number });
   };
   /** The log's numbering of the subscription's next event, as a claim does it. */
   const number = (id: string) => t.database.pool.query('UPDATE webhook.subscription_streams SET last_event_number = last_event_number + 1 WHERE subscription_id = $1', [id]);

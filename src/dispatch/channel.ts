@@ -32,6 +32,10 @@ export type Notification = {
    * same for every retry of one message (rest-hook's Standard Webhooks webhook-id is made from it).
    */
   message: string;
+  /** What it is, as the Backport IG types a notification (a classic subscription's calls are event notifications too). */
+  type: 'handshake' | 'heartbeat' | 'event-notification';
+  /** The highest event number it tells of: a topic-based subscription's event notification; else null. */
+  lastEventNumber: number | null;
 };
 
 export type Channel = {

@@ -16,7 +16,7 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { TokenProvider } from './oauth.ts';
 import type { OriginCalls } from './origin-calls.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
-import type { ChannelType } from './channel.ts';
+import type { ChannelType, Notification } from './channel.ts';
 import { restHook, type CallResult } from './outbound.ts';
 import { websocket } from './websocket.ts';
 
@@ -140,16 +140,16 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
 export { ShutdownAbort } from './channel.ts';
 
 /**
- * Sends a FHIR body to the subscriber through its subscription's channel
+ * Sends a notification to the subscriber through its subscription's channel
  * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint, or
- * websocket's hand-over to the API processes holding its clients.
+ * websocket's hand-over to the API processes holding its clients. Its
  * `message` says what it is ("handshake", "Patient/1/_history/2"): the same
  * for every retry. `signal` is the job's: a graceful shutdown that outlasts
  * graphile-worker's patience (5 s) aborts the send, and ShutdownAbort is thrown.
  */
-export async function call(context: CallContext, target: Target, resource: unknown, message: string, signal?: AbortSignal): Promise<CallResult> {
+export async function call(context: CallContext, target: Target, notification: Notification, signal?: AbortSignal): Promise<CallResult> {
   const channel = target.channel === 'websocket' ? websocket : restHook;
-  return channel.send(context, target, { body: resource, message }, signal);
+  return channel.send(context, target, notification, signal);
 }
 
 /**

@@ -31,20 +31,6 @@ export const websocketNotificationsChannel = 'webhook_websocket_notifications';
 /** How long a notification waits for the API processes to read it: the log is the record. */
 export const notificationKeptSeconds = 60;
 
-/** The type and highest event number a notification Bundle's status names (the Backport IG's shape). */
-function notificationFacts(body: unknown): { type: 'handshake' | 'heartbeat' | 'event-notification'; lastEventNumber: number | null } {
-  const status = (body as { entry?: { resource?: { parameter?: { name: string; valueCode?: string; part?: { name: string; valueString?: string }[] }[] } }[] }).entry?.[0]?.resource;
-  const parameters = status?.parameter ?? [];
-  const type = parameters.find((parameter) => parameter.name === 'type')?.valueCode;
-  const numbers = parameters
-    .filter((parameter) => parameter.name === 'notification-event')
-    .flatMap((parameter) => parameter.part ?? [])
-    .filter((part) => part.name === 'event-number')
-    .map((part) => Number(part.valueString));
-  const known = type === 'handshake' || type === 'heartbeat' || type === 'event-notification' ? type : 'event-notification';
-  return { type: known, lastEventNumber: numbers.length === 0 ? null : Math.max(...numbers) };
-}
-
 /**
  * The websocket channel: hands the notification to the API processes holding
  * the subscription's bound clients (none bound: nothing to hand over, and the
@@ -52,11 +38,10 @@ function notificationFacts(body: unknown): { type: 'handshake' | 'heartbeat' | '
  * the database would not take it.
  */
 export const websocket: Channel = {
-  async send(context, target, { body }, signal) {
+  async send(context, target, { body, type, lastEventNumber }, signal) {
     if (signal?.aborted) throw new ShutdownAbort("the websocket notification was not published: the worker is shutting down; it goes again");
     const startedAt = new Date();
     const started = performance.now();
-    const { type, lastEventNumber } = notificationFacts(body);
     try {
       const { rows } = await sql<{ clients: number }>`
         WITH bound AS (

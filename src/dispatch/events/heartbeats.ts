@@ -32,7 +32,7 @@ export async function sendHeartbeat(context: DispatchContext, senderId: string, 
   const body = notificationBundle(statusParameters(subject, 'heartbeat', due.lastEventNumber, []), subject, []);
   let result;
   try {
-    result = await call(context, target, body, `heartbeat ${new Date().toISOString()}`, signal);
+    result = await call(context, target, { body, message: `heartbeat ${new Date().toISOString()}`, type: 'heartbeat', lastEventNumber: null }, signal);
   } catch (error) {
     await settleClaim(context.db, claim, [], [], { resetFailureCount: false });
     if (error instanceof ShutdownAbort) return;

@@ -85,13 +85,7 @@ export async function deliverClaim(
       following?.catch(() => undefined);
       const notifications = await notificationsOf(context, target, batch.events, batch.versions);
       const probing = failing?.has(target.id) === true || batch.events.some((event) => event.attempts > 0);
-      const results = await send(
-        context,
-        target,
-        notifications.map((notification) => notification.body),
-        notifications.map((notification) => notification.message),
-        { pacer, probing, signal },
-      );
+      const results = await send(context, target, notifications, { pacer, probing, signal });
       const verdict = judge(context, target, notifications, results);
       failing?.record(target.id, verdict);
       const next = following !== undefined && withoutFailures(verdict) && signal?.aborted !== true ? await following.catch(() => undefined) : undefined;
@@ -193,7 +187,7 @@ class Pacer {
 type Sent = CallResult | 'gone' | 'unsent';
 
 /**
- * Calls the subscriber for each body (undefined: gone, not sent), in the claim's order, at most
+ * Calls the subscriber for each notification (its body undefined: gone, not sent), in the claim's order, at most
  * `target.parallelCalls` at once: each lane starts its next call once its
  * last one was answered. With one lane (a topic-based subscription's
  * default) the subscriber gets the calls one after the other, in event-number
@@ -209,18 +203,17 @@ type Sent = CallResult | 'gone' | 'unsent';
 async function send(
   context: DispatchContext,
   target: Target,
-  bodies: unknown[],
-  messages: string[],
+  notifications: Notification[],
   { pacer, probing, signal }: { pacer: Pacer | undefined; probing: boolean; signal: AbortSignal | undefined },
 ): Promise<Sent[]> {
-  const results: Sent[] = bodies.map(() => 'unsent');
+  const results: Sent[] = notifications.map(() => 'unsent');
   let next = 0;
   let stop = false;
   const lane = async (calls = Number.POSITIVE_INFINITY): Promise<void> => {
     let called = 0;
-    while (called < calls && !stop && next < bodies.length) {
+    while (called < calls && !stop && next < notifications.length) {
       const index = next++;
-      const body = bodies[index];
+      const { body, message, lastEventNumber } = notifications[index]!;
       if (body === undefined) {
         results[index] = 'gone';
         continue;
@@ -233,7 +226,7 @@ async function send(
       let result: CallResult;
       called += 1;
       try {
-        result = await call(context, target, body, messages[index]!, signal);
+        result = await call(context, target, { body, message, type: 'event-notification', lastEventNumber }, signal);
       } catch (error) {
         if (!(error instanceof ShutdownAbort)) throw error;
         stop = true;
@@ -244,7 +237,7 @@ async function send(
     }
   };
   if (probing) await lane(1);
-  await Promise.all(Array.from({ length: Math.min(target.parallelCalls, bodies.length) }, () => lane()));
+  await Promise.all(Array.from({ length: Math.min(target.parallelCalls, notifications.length) }, () => lane()));
   return results;
 }
 
@@ -413,7 +406,7 @@ export function versionsOf(events: VersionEvent[], loaded: Versions): Versions {
  * lastUpdated), and what the Standard Webhooks webhook-id is made of (the
  * same for every retry of the notification).
  */
-type Notification = { events: ClaimedEvent[]; body: unknown; committedAt: Date[]; message: string };
+type Notification = { events: ClaimedEvent[]; body: unknown; committedAt: Date[]; message: string; lastEventNumber: number | null };
 
 /**
  * A batch's events as the notifications that carry them, in the batch's
@@ -431,18 +424,20 @@ async function notificationsOf(context: DispatchContext, target: Target, events:
     runs.map(async (run): Promise<Notification> => {
       const present = run.map((event) => versions.get(eventKey(event)));
       const message = run.length === 1 ? eventKey(run[0]!) : `event-numbers ${run[0]!.eventNumber}-${run.at(-1)!.eventNumber}`;
-      if (present.some((version) => version === undefined)) return { events: run, body: undefined, committedAt: [], message };
+      // A run is in number order: its last event's is the highest.
+      const lastEventNumber = topic === undefined ? null : run.at(-1)!.eventNumber;
+      if (present.some((version) => version === undefined)) return { events: run, body: undefined, committedAt: [], message, lastEventNumber };
       const found = present as { content: FhirResource; lastUpdated: Date }[];
       const committedAt = found.map((version) => version.lastUpdated);
-      if (topic !== undefined) return { events: run, body: await topicNotification(context, target, topic, run, found), committedAt, message };
+      if (topic !== undefined) return { events: run, body: await topicNotification(context, target, topic, run, found), committedAt, message, lastEventNumber };
       const [event] = run;
       const resource = found[0]!.content;
       if (event!.deleted) {
         const meta = (resource.meta ?? {}) as { tag?: unknown[] };
         const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-        return { events: run, body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt, message };
+        return { events: run, body: { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } }, committedAt, message, lastEventNumber };
       }
-      return { events: run, body: await withIncludes(context, target, resource), committedAt, message };
+      return { events: run, body: await withIncludes(context, target, resource), committedAt, message, lastEventNumber };
     }),
   );
 }

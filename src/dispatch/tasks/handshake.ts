@@ -10,7 +10,7 @@ import { enqueueJob, type JobPayload } from './jobs.ts';
 export async function handshake(context: DispatchContext, { subscriptionId, attempt = 1 }: JobPayload<'subscription_handshake'>, signal?: AbortSignal): Promise<void> {
   const target = await loadTarget(context, subscriptionId);
   if (target?.status !== 'requested') return;
-  const result = await call(context, target, handshakeBundle(context, target), 'handshake', signal);
+  const result = await call(context, target, { body: handshakeBundle(context, target), message: 'handshake', type: 'handshake', lastEventNumber: null }, signal);
   const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
   const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
   const record = await context.db.transaction().execute(async (db) => {

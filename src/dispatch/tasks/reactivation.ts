@@ -60,7 +60,7 @@ export async function reactivationHandshake(
 ): Promise<ReactivationHandshake> {
   // The handshake tells a topic-based subscriber how many events there were, the missed ones numbered.
   const eventsSoFar = target.topic === undefined ? 0 : await numberMissedEvents(context.db, target.id);
-  const result = await call(context, target, handshakeBundle(context, target, eventsSoFar), message, signal);
+  const result = await call(context, target, { body: handshakeBundle(context, target, eventsSoFar), message, type: 'handshake', lastEventNumber: null }, signal);
   const reason = `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`;
   const { record, reactivated } = await context.db.transaction().execute(async (db) => {
     const record = await recordAttempt(db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');
