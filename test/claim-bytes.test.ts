@@ -4,8 +4,8 @@ import { compileCriteria } from '../src/search/criteria.ts';
 import { type TestApp } from './support/app.ts';
 import { eventNumbers } from './support/backport-conformance.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
-import { waitFor, type Receiver } from './support/receiver.ts';
-import { untilStatus } from './support/subscriptions.ts';
+import type { Receiver } from './support/receiver.ts';
+import { untilDelivered, untilStatus } from './support/subscriptions.ts';
 import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
@@ -223,16 +223,7 @@ describe('a worker with DELIVERY_MAX_CLAIMED_BYTES', () => {
     return id;
   }
 
-  async function untilAllDelivered(id: string, count: number): Promise<void> {
-    await waitFor(
-      async () => {
-        const { rows } = await t.database.pool.query(`SELECT count(*)::int AS delivered FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id]);
-        return rows[0].delivered === count ? true : undefined;
-      },
-      30_000,
-      `${count} events delivered`,
-    );
-  }
+  const untilAllDelivered = (id: string, count: number) => untilDelivered(t, id, count, 30_000);
 
   it(`sends a classic subscription's ${events} large resources once each, its calls in flight never holding more than the bound`, async () => {
     const receiver = await slowReceiver();

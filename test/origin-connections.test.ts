@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -19,6 +19,22 @@ const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
+
+/**
+ * A server (for listenOnLoopback) that answers each handshake (a Bundle) 200 and hands every other
+ * call, its body read and parsed, to `notification`.
+ */
+function handshakingServer(notification: (request: IncomingMessage, response: ServerResponse, json: { id: string }) => void): Server {
+  return createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string; id: string };
+      if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
+      notification(request, response, json);
+    });
+  });
+}
 
 describe('connections to one origin', () => {
   it('stay within the cap, and a hanging subscription there does not hold up the others', { timeout: 120_000 }, async () => {
@@ -42,16 +58,10 @@ describe('connections to one origin', () => {
     let mostOpen = 0;
     const held: Socket[] = [];
     const delivered = new Map<string, number>();
-    const server = createServer((request, response) => {
-      const chunks: Buffer[] = [];
-      request.on('data', (chunk: Buffer) => chunks.push(chunk));
-      request.on('end', () => {
-        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string; id: string };
-        if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
-        if (request.url === '/hang') return void held.push(request.socket);
-        delivered.set(json.id, (delivered.get(json.id) ?? 0) + 1);
-        setTimeout(() => response.writeHead(200).end(), 200);
-      });
+    const server = handshakingServer((request, response, json) => {
+      if (request.url === '/hang') return void held.push(request.socket);
+      delivered.set(json.id, (delivered.get(json.id) ?? 0) + 1);
+      setTimeout(() => response.writeHead(200).end(), 200);
     });
     server.on('connection', (socket) => {
       mostOpen = Math.max(mostOpen, ++open);
@@ -108,15 +118,9 @@ describe('connections to one origin', () => {
 
     // One origin: /crawl/<n> answers each notification after 1 s, /quick at once. Every call's path, in order of arrival.
     const arrivals: string[] = [];
-    const server = createServer((request, response) => {
-      const chunks: Buffer[] = [];
-      request.on('data', (chunk: Buffer) => chunks.push(chunk));
-      request.on('end', () => {
-        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string };
-        if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
-        arrivals.push(request.url!);
-        setTimeout(() => response.writeHead(200).end(), request.url!.startsWith('/crawl/') ? 1_000 : 0);
-      });
+    const server = handshakingServer((request, response) => {
+      arrivals.push(request.url!);
+      setTimeout(() => response.writeHead(200).end(), request.url!.startsWith('/crawl/') ? 1_000 : 0);
     });
     const receiver = await listenOnLoopback(server);
     cleanups.push(receiver.close);
@@ -162,16 +166,10 @@ describe('connections to one origin', () => {
     let held = 0;
     let mostHeld = 0;
     let calls = 0;
-    const server = createServer((request, response) => {
-      const chunks: Buffer[] = [];
-      request.on('data', (chunk: Buffer) => chunks.push(chunk));
-      request.on('end', () => {
-        const json = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { resourceType: string };
-        if (json.resourceType === 'Bundle') return void response.writeHead(200).end();
-        calls += 1;
-        mostHeld = Math.max(mostHeld, ++held);
-        request.socket.on('close', () => held--);
-      });
+    const server = handshakingServer((request) => {
+      calls += 1;
+      mostHeld = Math.max(mostHeld, ++held);
+      request.socket.on('close', () => held--);
     });
     const receiver = await listenOnLoopback(server);
     cleanups.push(receiver.close);

@@ -2,8 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxParallelCalls } from '../src/subscriptions/requests.ts';
 import { baseUrl, type TestApp } from './support/app.ts';
 import { eventNumbers } from './support/backport-conformance.ts';
-import { waitFor } from './support/receiver.ts';
-import { untilStatus } from './support/subscriptions.ts';
+import { untilDelivered, untilStatus } from './support/subscriptions.ts';
 import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
@@ -123,16 +122,7 @@ async function writePatients(family: string): Promise<void> {
 }
 
 /** Waits until every event of the subscription is delivered: nothing more is coming. */
-async function untilAllDelivered(id: string, count = events): Promise<void> {
-  await waitFor(
-    async () => {
-      const { rows } = await t.database.pool.query(`SELECT count(*)::int AS delivered FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id]);
-      return rows[0].delivered === count ? true : undefined;
-    },
-    20_000,
-    `${count} events delivered`,
-  );
-}
+const untilAllDelivered = (id: string, count = events) => untilDelivered(t, id, count, 20_000);
 
 const oneTo = (count: number) => Array.from({ length: count }, (_, index) => index + 1);
 

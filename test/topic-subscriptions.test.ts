@@ -9,7 +9,7 @@ import { serviceBase, type TestApp } from './support/app.ts';
 import { childEnvironment, runCommand } from './support/commands.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
 import { waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
-import { untilStatus } from './support/subscriptions.ts';
+import { untilDelivered, untilStatus } from './support/subscriptions.ts';
 import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
 
 /**
@@ -272,7 +272,7 @@ describe('event numbers', () => {
     // A deleted resource has no content to carry: its entry is as id-only's, which is what the IG allows when a resource cannot be included.
     expect(notificationProblems(call!.json, { subscriptionId: id, type: 'event-notification', status: 'active', content: 'id-only' })).toEqual([]);
     expect((call!.json.entry as unknown[])[1]).toEqual({ fullUrl: `${serviceBase}/Encounter/removed`, request: { method: 'DELETE', url: 'Encounter/removed' }, response: { status: '204' } });
-    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+    await untilDelivered(t, id, 1, 5000);
   });
 });
 
@@ -374,7 +374,7 @@ describe('$status, $events and discovery', () => {
   it('$status answers a searchset Bundle of status Parameters, at instance and type level, for the subscriptions the key may see', async () => {
     const { id } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/status'] });
     await t.fhir('PUT', '/Encounter/status-1', encounter('status-1', 'finished', 'Patient/status'));
-    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+    await untilDelivered(t, id, 1, 5000);
     const instance = await t.fhir('GET', `/Subscription/${id}/$status`);
     expect(instance.statusCode).toBe(200);
     const bundle = instance.json<Json>();
@@ -428,7 +428,7 @@ describe('what operators see', () => {
   it('subscriptions list and show, the DBA view and the metrics name the topic, the filters, the payload level and the latest event number', async () => {
     const { id } = await subscribeToTopic({ content: 'empty', filters: ['Encounter?patient=Patient/operators'] });
     await t.fhir('PUT', '/Encounter/operators-1', encounter('operators-1', 'finished', 'Patient/operators'));
-    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id])).rowCount === 1 ? true : undefined), 5000, 'delivered');
+    await untilDelivered(t, id, 1, 5000);
 
     const environment = childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
     const show = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', id], environment);

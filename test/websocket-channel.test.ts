@@ -16,6 +16,7 @@ import { startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
 import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
 import { freePort, waitFor } from './support/receiver.ts';
+import { untilDelivered } from './support/subscriptions.ts';
 
 /**
  * The websocket channel (Backport IG, channel type websocket) end to end: a
@@ -242,10 +243,7 @@ describe('a bound client', () => {
     const { id } = await createWebsocketSubscription(patient);
     for (const n of [1, 2]) await t.fhir('PUT', `/Encounter/gap-${n}`, encounter(`gap-${n}`, patient));
     // Sent with no client bound: numbered, delivered to the log.
-    await waitFor(async () => {
-      const { rows } = await t.database.pool.query(`SELECT count(*)::int AS settled FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id]);
-      return rows[0].settled === 2 ? true : undefined;
-    });
+    await untilDelivered(t, id, 2);
     const { rows: attempts } = await t.database.pool.query(`SELECT response_excerpt FROM webhook.delivery_attempts WHERE subscription_id = $1`, [id]);
     expect(attempts.map((row) => row.response_excerpt)).toEqual(Array.from({ length: 2 }, () => 'no websocket client bound: the notification stays in the log ($events)'));
     const client = await bound(id);

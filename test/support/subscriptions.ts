@@ -36,6 +36,18 @@ export async function statusOf(t: TestApp, id: string): Promise<SubscriptionStat
 export const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 10_000) =>
   waitFor(async () => ((await statusOf(t, id)).status === status ? true : undefined), timeoutMs, `status ${status}`);
 
+/** Waits until exactly `count` of the subscription's events are delivered (webhook.subscription_events). */
+export async function untilDelivered(t: TestApp, id: string, count: number, timeoutMs = 10_000): Promise<void> {
+  await waitFor(
+    async () => {
+      const { rows } = await t.database.pool.query<{ delivered: number }>(`SELECT count(*)::int AS delivered FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id]);
+      return rows[0]!.delivered === count ? true : undefined;
+    },
+    timeoutMs,
+    `${count} events delivered`,
+  );
+}
+
 export type Attempt = { kind: string; attempt: number; outcome: string; http_status: number | null; error: string | null; resource_id: string | null; duration_ms: number };
 
 /** A subscription's recorded attempts (webhook.delivery_attempts), in the order they were recorded. */
