@@ -29,11 +29,9 @@ const loading = () => import('./loading/ndjson.ts');
 const overview = () => import('./operations/delivery-overview.ts');
 const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
 const reactivating = () =>
-  Promise.all([import('./subscriptions/reactivation.ts'), import('./subscriptions/secrets.ts'), import('./metrics/metrics.ts')]).then(([reactivation, secrets, metrics]) => ({
-    ...reactivation,
-    ...secrets,
-    ...metrics,
-  }));
+  Promise.all([import('./subscriptions/reactivation.ts'), import('./dispatch/delivery.ts'), import('./subscriptions/secrets.ts'), import('./metrics/metrics.ts')]).then(
+    ([reactivation, delivery, secrets, metrics]) => ({ ...reactivation, createCallContext: delivery.createCallContext, ...secrets, ...metrics }),
+  );
 
 const rotating = () =>
   Promise.all([import('./subscriptions/rotation.ts'), import('./subscriptions/secrets.ts'), import('./subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({

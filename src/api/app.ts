@@ -27,8 +27,8 @@ import { topicRoutes } from './routes/topics.ts';
 import { websocketRoutes } from './routes/websocket.ts';
 import { createWebsocketServer } from './websocket-server.ts';
 import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
+import { createCallContext } from '../dispatch/delivery.ts';
 import { createMetrics } from '../metrics/metrics.ts';
-import { createCallContext } from '../subscriptions/reactivation.ts';
 
 export type AppOptions = {
   database: DatabaseHandle;

@@ -13,8 +13,9 @@ import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { PayloadContent } from '../topics/backport.ts';
 import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
 import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
-import type { TokenProvider } from './oauth.ts';
-import type { OriginCalls } from './origin-calls.ts';
+import { createTokenProvider, type TokenProvider } from './oauth.ts';
+import { OriginCalls } from './origin-calls.ts';
+import { createDeliveryAgent } from './ssrf.ts';
 import type { VersionEvent } from './tasks/jobs.ts';
 import type { ChannelType, Notification } from './channel.ts';
 import { restHook, type CallResult } from './outbound.ts';
@@ -51,6 +52,41 @@ export type DispatchContext = {
  * operator's reactivation (src/subscriptions/reactivation.ts).
  */
 export type CallContext = Omit<DispatchContext, 'workerUtils' | 'mailer' | 'alertIntervalSeconds' | 'logger'> & { logger: Pick<Logger, 'info' | 'warn'> };
+
+export type CallSettings = {
+  db: Db;
+  box: SecretBox;
+  baseUrl: string;
+  namingSystem: string;
+  delivery: Config['delivery'];
+  oauth: Config['oauth'];
+  metrics: Metrics;
+  logger: CallContext['logger'];
+};
+
+/**
+ * What a process calls subscribers with: the SSRF-guarded agent, places per
+ * origin and the OAuth client. The workers make theirs with it
+ * (src/dispatch/worker.ts), and so do the processes that call a subscriber on
+ * an operator's request (the API's and the CLI's $reactivate). close() ends
+ * the agent's connections.
+ */
+export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
+  const { delivery } = settings;
+  const dispatcher = createDeliveryAgent({
+    allowPrivateNetworks: delivery.allowPrivateNetworks,
+    connectTimeoutMs: delivery.connectTimeoutMs,
+    responseTimeoutMs: delivery.responseTimeoutMs,
+    maxConnectionsPerOrigin: delivery.maxConnectionsPerOrigin,
+  });
+  const context: CallContext = {
+    ...settings,
+    dispatcher,
+    originCalls: new OriginCalls(delivery.maxConnectionsPerOrigin),
+    tokens: oauth === undefined ? undefined : createTokenProvider(oauth),
+  };
+  return { context, close: () => dispatcher.close() };
+}
 
 /** A subscription as a task sees it: its secrets decrypted. */
 export type Target = {

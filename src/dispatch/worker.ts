@@ -9,13 +9,10 @@ import { connectDatabase, type DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
-import type { DispatchContext } from './delivery.ts';
+import { createCallContext, type DispatchContext } from './delivery.ts';
 import { releaseStrandedClaims } from './events/log.ts';
 import { newSenderId, startEventSender, type EventSender } from './events/sender.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';
-import { createTokenProvider } from './oauth.ts';
-import { OriginCalls } from './origin-calls.ts';
-import { createDeliveryAgent } from './ssrf.ts';
 import { dispatchCrontab, dispatchTasks } from './tasks/index.ts';
 
 export type Workers = { stop: () => Promise<void> };
@@ -59,35 +56,25 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     settings: asynchronousCommit,
     applicationName: 'fhir-webhooks job queue',
   });
-  const dispatcher = createDeliveryAgent({
-    allowPrivateNetworks: config.delivery.allowPrivateNetworks,
-    connectTimeoutMs: config.delivery.connectTimeoutMs,
-    responseTimeoutMs: config.delivery.responseTimeoutMs,
-    maxConnectionsPerOrigin: config.delivery.maxConnectionsPerOrigin,
-  });
-  const mailer = createAlertMailer(config.mail, logger);
-  const workerUtils = await makeWorkerUtils({ pgPool: workerDatabase.pool });
-  const context: DispatchContext = {
+  const calls = createCallContext({
     db: workerDatabase.db,
-    workerUtils,
     box: createSecretBox(secretsKey),
     baseUrl: config.baseUrl,
     namingSystem: config.webhookNamingSystem,
     delivery: config.delivery,
-    dispatcher,
-    originCalls: new OriginCalls(config.delivery.maxConnectionsPerOrigin),
-    tokens: config.oauth === undefined ? undefined : createTokenProvider(config.oauth),
-    mailer,
-    alertIntervalSeconds: config.mail.intervalSeconds,
+    oauth: config.oauth,
     metrics,
     logger,
-  };
+  });
+  const mailer = createAlertMailer(config.mail, logger);
+  const workerUtils = await makeWorkerUtils({ pgPool: workerDatabase.pool });
+  const context: DispatchContext = { ...calls.context, workerUtils, mailer, alertIntervalSeconds: config.mail.intervalSeconds, logger };
   const closeAll = async () => {
     await workerUtils.release();
     await jobQueue.close();
     await workerDatabase.close();
     mailer.close();
-    await dispatcher.close();
+    await calls.close();
   };
 
   // The event sender, registered before it claims anything (its claims name it).

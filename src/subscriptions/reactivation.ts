@@ -1,15 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
 import type { SubscriptionStatus } from '../db/schema.ts';
 import { loadTarget, type CallContext } from '../dispatch/delivery.ts';
-import { createTokenProvider } from '../dispatch/oauth.ts';
-import { OriginCalls } from '../dispatch/origin-calls.ts';
-import { createDeliveryAgent } from '../dispatch/ssrf.ts';
 import { reactivationHandshake } from '../dispatch/tasks/reactivation.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
-import type { Metrics } from '../metrics/metrics.ts';
-import type { SecretBox } from './secrets.ts';
 import { isSuperseded } from './state.ts';
 import { isUuid, visibleTo, type Caller } from './store.ts';
 
@@ -85,36 +79,3 @@ async function whyNotReactivated(db: Db, { id, status }: { id: string; status: S
   return undefined;
 }
 
-export type CallSettings = {
-  db: Db;
-  box: SecretBox;
-  baseUrl: string;
-  namingSystem: string;
-  delivery: Config['delivery'];
-  oauth: Config['oauth'];
-  metrics: Metrics;
-  logger: CallContext['logger'];
-};
-
-/**
- * What a process without workers (the API's, a CLI command's) calls
- * subscribers with: the SSRF-guarded agent, places per origin and the OAuth
- * client, made as the workers make theirs (src/dispatch/worker.ts). close()
- * ends the agent's connections.
- */
-export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
-  const { delivery } = settings;
-  const dispatcher = createDeliveryAgent({
-    allowPrivateNetworks: delivery.allowPrivateNetworks,
-    connectTimeoutMs: delivery.connectTimeoutMs,
-    responseTimeoutMs: delivery.responseTimeoutMs,
-    maxConnectionsPerOrigin: delivery.maxConnectionsPerOrigin,
-  });
-  const context: CallContext = {
-    ...settings,
-    dispatcher,
-    originCalls: new OriginCalls(delivery.maxConnectionsPerOrigin),
-    tokens: oauth === undefined ? undefined : createTokenProvider(oauth),
-  };
-  return { context, close: () => dispatcher.close() };
-}
