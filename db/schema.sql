@@ -34,7 +34,7 @@ CREATE TABLE webhook.api_keys (
   key_sha256 text NOT NULL,
   created_at timestamp with time zone DEFAULT now() NOT NULL,
   revoked_at timestamp with time zone,
-  scopes text[] DEFAULT ARRAY['read'::text, 'write'::text, 'admin'::text] NOT NULL,
+  scopes text[] DEFAULT ARRAY['read'::text, 'write'::text] NOT NULL,
   CONSTRAINT api_keys_key_sha256_check CHECK ((key_sha256 ~ '^[0-9a-f]{64}$'::text)),
   CONSTRAINT api_keys_key_sha256_key UNIQUE (key_sha256),
   CONSTRAINT api_keys_name_check CHECK ((name <> ''::text)),
@@ -364,7 +364,7 @@ CREATE INDEX subscriptions_by_resource_type ON webhook.subscriptions USING btree
 
 CREATE INDEX subscriptions_by_topic ON webhook.subscriptions USING btree (topic_id, status) WHERE (topic_id IS NOT NULL);
 
-CREATE UNIQUE INDEX subscriptions_one_live_per_criteria ON webhook.subscriptions USING btree (webhook.criteria_and_filters_digest(criteria, filter_criteria)) WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
+CREATE UNIQUE INDEX subscriptions_one_live_per_key_and_criteria ON webhook.subscriptions USING btree (created_by_api_key, webhook.criteria_and_filters_digest(criteria, filter_criteria)) NULLS NOT DISTINCT WHERE (status = ANY (ARRAY['requested'::webhook.subscription_status, 'active'::webhook.subscription_status]));
 
 CREATE INDEX subscriptions_with_heartbeat ON webhook.subscriptions USING btree (id) WHERE ((heartbeat_period_seconds IS NOT NULL) AND (status = 'active'::webhook.subscription_status));
 
@@ -1236,7 +1236,7 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  RETURNS boolean
  LANGUAGE sql
  STABLE PARALLEL SAFE
-RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((webhook.criteria_digest(newer.criteria) = webhook.criteria_digest(this.criteria)) AND (newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at)))) WHERE (this.id = subscription_is_superseded.subscription_id)));
+RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((webhook.criteria_digest(newer.criteria) = webhook.criteria_digest(this.criteria)) AND (newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at) AND (NOT (newer.created_by_api_key IS DISTINCT FROM this.created_by_api_key))))) WHERE (this.id = subscription_is_superseded.subscription_id)));
 
 CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interaction text, previous jsonb, current jsonb)
  RETURNS boolean

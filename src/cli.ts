@@ -8,7 +8,7 @@ import { Presets, SingleBar } from 'cli-progress';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, type ApiKeyScope } from './auth/api-keys.ts';
+import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, setApiKeyScopes, type ApiKeyScope } from './auth/api-keys.ts';
 import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config } from './config/index.ts';
 import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
@@ -102,11 +102,22 @@ function commandLine(): Command {
     )
     .action((options: { name: string; scopes: string }) =>
       withDatabase(async ({ db }) => {
-        const scopes = options.scopes.split(',').map((scope) => scope.trim());
-        const unknown = scopes.filter((scope) => !(apiKeyScopes as readonly string[]).includes(scope));
-        if (unknown.length > 0 || scopes.length === 0) throw new CommandError(`Unknown scope ${unknown.join(', ')}: use read, write and admin.`);
-        const { id, key } = await createApiKey(db, options.name, scopes as ApiKeyScope[]);
+        const scopes = parseScopes(options.scopes);
+        const { id, key } = await createApiKey(db, options.name, scopes);
         console.log(`Created API key ${id} (${options.name}, scopes ${scopes.join(', ')}).\nAPI key: ${key}\nIt is stored only as a hash: keep it now.`);
+      }),
+    );
+  apiKey
+    .command('set-scopes')
+    .description("give a key other scopes, the key itself unchanged (its subscriptions stay its own): e.g. read,write for a client's key made before scopes existed, which holds admin")
+    .argument('<id>', "the key's id, as api-key list shows it")
+    .argument('<scopes>', 'comma list of read, write, admin')
+    .action((id: string, scopesText: string) =>
+      withDatabase(async ({ db }) => {
+        const scopes = parseScopes(scopesText);
+        if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not an API key id (a UUID, as api-key list shows it).`, 2);
+        if (!(await setApiKeyScopes(db, id, scopes))) throw new CommandError(`No active API key has id ${id}.`);
+        console.log(`API key ${id} now has the scopes ${scopes.join(', ')}.`);
       }),
     );
   apiKey
@@ -222,6 +233,14 @@ function commandLine(): Command {
     .argument('<id>', "the subscription's id")
     .option('--overlap-seconds <seconds>', `how long the previous secret signs calls too, 0 to ${maxSecretRotationOverlapSeconds} (default: SECRET_ROTATION_OVERLAP_SECONDS, a day)`, parseOverlapSeconds)
     .action((id: string, options: { overlapSeconds?: number }) => rotateSecret(id, options));
+
+  subscriptions
+    .command('switch-off')
+    .description(
+      "switch a subscription off by its id, whichever API key created it (a client switches off only its own, by criteria): it becomes off, with end set, and is never called again",
+    )
+    .argument('<id>', "the subscription's id")
+    .action((id: string) => switchOff(id));
 
   const topics = program.command('topics').description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
   topics
@@ -567,6 +586,24 @@ async function tailDeliveries(db: Db, subscriptionId: string | undefined): Promi
 function oneShot(): { config: Config; logger: Logger } {
   const config = loadConfig();
   return { config, logger: createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel) };
+}
+
+/** A comma list of scopes, each one known: exit 2 otherwise. */
+function parseScopes(text: string): ApiKeyScope[] {
+  const scopes = text.split(',').map((scope) => scope.trim());
+  const unknown = scopes.filter((scope) => !(apiKeyScopes as readonly string[]).includes(scope));
+  if (unknown.length > 0 || scopes.length === 0) throw new CommandError(`Unknown scope ${unknown.join(', ')}: use read, write and admin.`, 2);
+  return scopes as ApiKeyScope[];
+}
+
+async function switchOff(id: string): Promise<void> {
+  if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
+  const { switchOffById } = await import('./subscriptions/store.ts');
+  await withDatabase(async ({ db }) => {
+    const was = await switchOffById(db, id);
+    if (was === undefined) throw new CommandError(`No subscription has id '${id}' (subscriptions list shows them).`);
+    console.log(was === 'off' ? `Subscription ${id} was off already.` : `Switched subscription ${id} off (it was ${was}).`);
+  });
 }
 
 async function withDatabase(work: (database: Awaited<ReturnType<typeof openDatabase>>) => Promise<void>): Promise<void> {

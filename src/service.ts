@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
-import { createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
+import { apiKeyScopes, createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
 import { ConfigError, type Config } from './config/index.ts';
 import type { DatabaseHandle } from './db/database.ts';
 import { pendingMigrations } from './db/migrations.ts';
@@ -106,7 +106,7 @@ async function ensureApiKey({ db }: DatabaseHandle, config: Config, logger: Logg
   if (config.bootstrapApiKey !== undefined) await registerApiKey(db, 'bootstrap', config.bootstrapApiKey);
   if (await hasAnyApiKey(db)) return;
   if (process.stdout.isTTY) {
-    const { key } = await createApiKey(db, 'first start');
+    const { key } = await createApiKey(db, 'first start', apiKeyScopes);
     process.stdout.write(
       [
         '',
@@ -124,7 +124,7 @@ async function ensureApiKey({ db }: DatabaseHandle, config: Config, logger: Logg
   try {
     // Written before the key's row commits: a key that could not be written is never made, and the next start tries again.
     await db.transaction().execute(async (transaction) => {
-      const { key } = await createApiKey(transaction, 'first start');
+      const { key } = await createApiKey(transaction, 'first start', apiKeyScopes);
       await writeOwnerOnlyFile(file, `${key}\n`);
     });
   } catch (error) {

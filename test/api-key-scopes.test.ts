@@ -67,18 +67,20 @@ describe('subscriptions belong to the key that created them', () => {
     expect(bundle.json().entry[0].response.status).toMatch(/^404/);
   });
 
-  it('the one-live-subscription-per-criteria rule stays global: bob cannot create the same criteria', async () => {
-    const duplicate = await as('bob', 'POST', '/Subscription', subscription('Observation?status=final'));
-    expect(duplicate.statusCode).toBe(400);
-    expect(JSON.stringify(duplicate.json())).toMatch(/already exists/);
+  it('the one-live-subscription-per-criteria rule is per key: bob has his own for the same criteria (migration 0032)', async () => {
+    const bobs = await as('bob', 'POST', '/Subscription', subscription('Observation?status=final'));
+    expect(bobs.statusCode).toBe(201);
+    expect(bobs.json().id).not.toBe(alices);
+    expect(bobs.body).not.toContain(alices);
   });
 
-  it('its creator and an admin key read, find and switch it off', async () => {
+  it('its creator reads, finds and switches it off; an admin key reads it, and its switch-off by criteria ends only its own', async () => {
     expect((await as('alice', 'GET', `/Subscription/${alices}`)).statusCode).toBe(200);
     expect((await as('admin', 'GET', `/Subscription/${alices}`)).json().resource.channel.header).toContain('secret: alice-secret');
     const found = (await as('alice', 'GET', '/Subscription')).json();
     expect(found.entry.map((entry: { resource: { id: string } }) => entry.resource.id)).toEqual([alices]);
-    const off = await as('admin', 'POST', '/Subscription', subscription('Observation?status=final', 'off'));
+    expect((await as('admin', 'POST', '/Subscription', subscription('Observation?status=final', 'off'))).statusCode).toBe(400);
+    const off = await as('alice', 'POST', '/Subscription', subscription('Observation?status=final', 'off'));
     expect(off.statusCode).toBe(200);
     expect(off.json()).toMatchObject({ id: alices, status: 'off' });
   });

@@ -155,7 +155,7 @@ describe('POST /Subscription with status requested', () => {
     expect(statuses.filter((status) => status === 201)).toHaveLength(1);
     expect(statuses.filter((status) => status === 400)).toHaveLength(19);
     for (const response of responses.filter((candidate) => candidate.statusCode === 400)) {
-      expect(response.json().issue[0].details.text).toContain('subscriptions_one_live_per_criteria');
+      expect(response.json().issue[0].details.text).toContain('subscriptions_one_live_per_key_and_criteria');
     }
     const { rows } = await t.database.pool.query(`SELECT count(*)::int AS n FROM graphile_worker.jobs`);
     expect(rows[0].n).toBe(1);
@@ -252,7 +252,7 @@ describe('refusals', () => {
     expect((await post(subscription())).statusCode).toBe(201);
     expectRefusal(
       await post(subscription()),
-      'A live (requested or active) subscription already exists for criteria=Appointment?status=booked (constraint subscriptions_one_live_per_criteria): switch it off first',
+      'This API key already has a live (requested or active) subscription for criteria=Appointment?status=booked (constraint subscriptions_one_live_per_key_and_criteria): switch it off first',
     );
   });
 

@@ -5,6 +5,13 @@ import type { ApiKeyScope } from '../db/schema.ts';
 export type { ApiKeyScope };
 export const apiKeyScopes: readonly ApiKeyScope[] = ['read', 'write', 'admin'];
 
+/**
+ * A key made without naming its scopes: a client's, which sees only its own
+ * subscriptions. admin is given only when asked for by name (the column's
+ * default too, since migration 0032).
+ */
+export const clientScopes: readonly ApiKeyScope[] = ['read', 'write'];
+
 export type ApiKeyInfo = { id: string; name: string; createdAt: Date; revokedAt: Date | null; scopes: ApiKeyScope[] };
 
 /** The key that authenticated a request: who it is and what it may do. */
@@ -28,7 +35,7 @@ export async function registerApiKey(db: Db, name: string, key: string): Promise
     .execute();
 }
 
-export async function createApiKey(db: Db, name: string, scopes: readonly ApiKeyScope[] = apiKeyScopes): Promise<{ id: string; key: string }> {
+export async function createApiKey(db: Db, name: string, scopes: readonly ApiKeyScope[] = clientScopes): Promise<{ id: string; key: string }> {
   const key = generateApiKey();
   const { id } = await db
     .insertInto('webhook.api_keys')
@@ -52,6 +59,22 @@ export async function revokeApiKey(db: Db, id: string): Promise<boolean> {
   const result = await db
     .updateTable('webhook.api_keys')
     .set({ revoked_at: new Date() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/**
+ * Gives an unrevoked key other scopes, the key itself unchanged: how a key
+ * made before scopes existed (every scope, admin included) becomes a client's
+ * again without a new key, its subscriptions staying its own. False when no
+ * unrevoked key has that id.
+ */
+export async function setApiKeyScopes(db: Db, id: string, scopes: readonly ApiKeyScope[]): Promise<boolean> {
+  const result = await db
+    .updateTable('webhook.api_keys')
+    .set({ scopes: [...scopes] })
     .where('id', '=', id)
     .where('revoked_at', 'is', null)
     .executeTakeFirst();

@@ -145,9 +145,10 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
     .returning('id')
     .executeTakeFirstOrThrow()
     .catch((error: unknown) => {
-      if (error instanceof pg.DatabaseError && error.constraint === 'subscriptions_one_live_per_criteria') {
+      // The rule is per key (migration 0032): the subscription in the way is the caller's own, never another client's.
+      if (error instanceof pg.DatabaseError && error.constraint === 'subscriptions_one_live_per_key_and_criteria') {
         const what = request.kind === 'topic' ? `topic ${request.criteria} with ${filtersText(request.filterCriteria)}` : `criteria=${request.criteria}`;
-        throw refusal(`A live (requested or active) subscription already exists for ${what} (constraint subscriptions_one_live_per_criteria): switch it off first`);
+        throw refusal(`This API key already has a live (requested or active) subscription for ${what} (constraint subscriptions_one_live_per_key_and_criteria): switch it off first`);
       }
       throw error;
     });
@@ -203,15 +204,21 @@ function filtersText(filterCriteria: string[] | null | undefined): string {
 
 /**
  * Switches a criteria off (for a topic-based subscription, the topic with the
- * same filters): every subscription for it that is not off yet becomes off —
- * the live one, and those in error (superseded by it or not), so that nothing
- * is called for this criteria again. The answer is the live one, else the
- * latest in error. (The spec leaves switching off a subscription in error
- * open; a client expects it to end rather than be reactivated later.)
+ * same filters): every subscription of the caller's key for it that is not
+ * off yet becomes off — the live one, and those in error (superseded by it or
+ * not), so that nothing is called for this criteria again. The answer is the
+ * live one, else the latest in error. (The spec leaves switching off a
+ * subscription in error open; a client expects it to end rather than be
+ * reactivated later.) Another key's subscriptions are never ended this way,
+ * not even by an admin key: a criteria names a client's own subscription, as
+ * creating one does (migration 0032); an operator ends any one by its id
+ * (switchOffById, the CLI's subscriptions switch-off).
  */
 async function switchOff(db: Db, { criteria, filterCriteria }: Extract<SubscriptionRequest, { status: 'off' }>, caller: Caller): Promise<Row> {
-  const ending = await visibleTo(db.selectFrom('webhook.subscriptions'), caller)
+  const ending = await db
+    .selectFrom('webhook.subscriptions')
     .select(['id', 'status'])
+    .where('created_by_api_key', '=', caller.apiKeyId)
     .where(sameCriteria(criteria))
     .where(sql<boolean>`filter_criteria IS NOT DISTINCT FROM ${filterCriteria ?? null}::text[]`)
     .where('status', '!=', 'off')
@@ -228,6 +235,24 @@ async function switchOff(db: Db, { criteria, filterCriteria }: Extract<Subscript
     .where('status', '!=', 'off')
     .execute();
   return selectRows(db).where('id', '=', shown.id).executeTakeFirstOrThrow();
+}
+
+/**
+ * Switches Subscription/`id` off, whoever created it: an operator's action
+ * (the CLI), for a client's subscription that must end. Returns the status it
+ * had, or undefined when no subscription has that id; one already off is left
+ * as it was.
+ */
+export async function switchOffById(db: Db, id: string): Promise<SubscriptionStatus | undefined> {
+  const found = isUuid(id) ? await db.selectFrom('webhook.subscriptions').select('status').where('id', '=', id).executeTakeFirst() : undefined;
+  if (found === undefined || found.status === 'off') return found?.status;
+  await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
+    .where('id', '=', id)
+    .where('status', '!=', 'off')
+    .execute();
+  return found.status;
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import pino from 'pino';
 import { buildApp, type AppOptions } from '../../src/api/app.ts';
-import { createApiKey } from '../../src/auth/api-keys.ts';
+import { apiKeyScopes, createApiKey } from '../../src/auth/api-keys.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/metrics.ts';
 import { createTestDatabase, type TestDatabase } from './database.ts';
 import { freePort } from './receiver.ts';
@@ -41,7 +41,7 @@ export async function startTestApp(options: { metrics?: boolean; listen?: boolea
   const appBaseUrl = port === undefined ? baseUrl : `http://127.0.0.1:${port}`;
   const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: options.logger ?? pino({ level: 'silent' }), metrics, outbound: options.outbound, websocket: options.websocket });
   if (port !== undefined) await app.listen({ port, host: '127.0.0.1' });
-  const { key: apiKey } = await createApiKey(database.db, 'test');
+  const { key: apiKey } = await createApiKey(database.db, 'test', apiKeyScopes);
   return {
     app,
     database,
