@@ -81,7 +81,7 @@ describe('lengths', () => {
     const first = await t.fhir('POST', '/Subscription', subscription(criteria));
     expect(first.statusCode, first.body).toBe(201);
     const second = await t.fhir('POST', '/Subscription', subscription(criteria));
-    expectRefusal(second, /already exists/);
+    expectRefusal(second, /already has a live/);
     // Switched off by its criteria, found by digest and text.
     const off = await t.fhir('POST', '/Subscription', { ...subscription(criteria), status: 'off' });
     expect(off.statusCode, off.body).toBe(200);

@@ -153,7 +153,7 @@ describe('creating a subscription on a topic', () => {
     expect(first.statusCode).toBe(201);
     const again = await t.fhir('POST', '/Subscription', topicSubscription({ filters }));
     expect(again.statusCode).toBe(400);
-    expect(again.json().issue[0].details.text).toContain(`A live (requested or active) subscription already exists for topic ${topicUrl} with the filters Encounter?patient=Patient/unique`);
+    expect(again.json().issue[0].details.text).toContain(`This API key already has a live (requested or active) subscription for topic ${topicUrl} with the filters Encounter?patient=Patient/unique`);
     // Other filters: another subscription.
     expect((await t.fhir('POST', '/Subscription', topicSubscription({ filters: ['Encounter?patient=Patient/other'] }))).statusCode).toBe(201);
     const off = await t.fhir('POST', '/Subscription', { ...topicSubscription({ filters }), status: 'off' });
