@@ -102,6 +102,23 @@ CREATE TABLE webhook.delivery_attempts (
 COMMENT ON COLUMN webhook.delivery_attempts.event_number IS 'For a notification: the subscription''s number of the event it sent (webhook.subscription_events.event_number).';
 COMMENT ON TABLE webhook.delivery_attempts IS 'Every attempt to deliver to a subscriber (handshakes, notifications, heartbeats), one row per event a call carried: a call of N events (backport-max-count) is N rows with the same started_at and outcome. Kept DELIVERY_LOG_RETENTION_DAYS days.';
 
+CREATE TABLE webhook.reactivation_requests (
+  id uuid NOT NULL,
+  subscription_id uuid NOT NULL,
+  requested_by text NOT NULL,
+  requested_at timestamp with time zone DEFAULT now() NOT NULL,
+  outcome text,
+  http_status integer,
+  detail text,
+  answered_at timestamp with time zone,
+  CONSTRAINT reactivation_requests_answered_whole CHECK (((outcome IS NULL) = (answered_at IS NULL))),
+  CONSTRAINT reactivation_requests_outcome_check CHECK ((outcome = ANY (ARRAY['reactivated'::text, 'active meanwhile'::text, 'not reactivated'::text]))),
+  CONSTRAINT reactivation_requests_pkey PRIMARY KEY (id),
+  CONSTRAINT reactivation_requests_requested_by_check CHECK ((requested_by <> ''::text))
+);
+COMMENT ON COLUMN webhook.reactivation_requests.subscription_id IS 'As the operator typed it: not a reference, so that an id that names nothing is answered (not known) by the worker, as the API answers it.';
+COMMENT ON TABLE webhook.reactivation_requests IS 'An operator''s `subscriptions reactivate` (CLI), carried out by a worker of the running service: the outcome and, when not reactivated, why. The CLI deletes its row once it has printed the outcome; the daily cleanup deletes those left behind.';
+
 CREATE TABLE webhook.secret_rotations (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
   subscription_id uuid NOT NULL,
@@ -230,6 +247,7 @@ END) > 0), false)) STORED NOT NULL,
   previous_signing_secret_encrypted bytea,
   previous_secret_until timestamp with time zone,
   channel_type text DEFAULT 'rest-hook'::text NOT NULL,
+  reactivation_claimed_until timestamp with time zone,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_channel_type_known CHECK ((channel_type = ANY (ARRAY['rest-hook'::text, 'websocket'::text]))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
@@ -267,11 +285,12 @@ COMMENT ON COLUMN webhook.subscriptions.filter_criteria IS 'A topic-based subscr
 COMMENT ON COLUMN webhook.subscriptions.payload_content IS 'A topic-based subscription''s payload level: empty, id-only or full-resource; NULL for a classic subscription.';
 COMMENT ON COLUMN webhook.subscriptions.max_calls_per_second IS 'At most this many calls a second to the subscriber (NULL: DELIVERY_MAX_CALLS_PER_SECOND, or no limit).';
 COMMENT ON COLUMN webhook.subscriptions.parallel_calls IS 'At most this many calls in flight to the subscriber at once, within DELIVERY_PARALLEL_CALLS (NULL: 1 for a topic-based subscription, DELIVERY_PARALLEL_CALLS for a classic one).';
-COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations and failed reactivation handshakes since the subscription last delivered a notification.';
+COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations (active to error) since the subscription last delivered a notification; failed reactivation handshakes do not count.';
 COMMENT ON COLUMN webhook.subscriptions.reactivation_not_before IS 'While in error, events before this instant do not reactivate the subscription (webhook.reactivation_backoff of deactivations_in_a_row); NULL: the next event does.';
 COMMENT ON COLUMN webhook.subscriptions.previous_signing_secret_encrypted IS 'The signing secret before the last rotation, AES-256-GCM (SECRETS_ENCRYPTION_KEY): calls are signed with it too until previous_secret_until. NULL: no rotation yet, or one without an overlap.';
 COMMENT ON COLUMN webhook.subscriptions.previous_secret_until IS 'The end of the last rotation''s overlap: after it, calls are signed with the current secret only.';
 COMMENT ON COLUMN webhook.subscriptions.channel_type IS 'rest-hook: notifications are POSTed to endpoint; websocket (topic-based only): they go to the clients bound to it, and endpoint is the websocket URL they connect to.';
+COMMENT ON COLUMN webhook.subscriptions.reactivation_claimed_until IS 'A reactivation handshake is in flight until then at most (one per subscription at a time); NULL: none.';
 
 CREATE TABLE webhook.websocket_binding_tokens (
   token_sha256 text NOT NULL,

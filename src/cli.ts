@@ -28,10 +28,7 @@ import type { ResendSelection } from './subscriptions/resend.ts';
 const loading = () => import('./loading/ndjson.ts');
 const overview = () => import('./operations/delivery-overview.ts');
 const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
-const reactivating = () =>
-  Promise.all([import('./subscriptions/reactivation.ts'), import('./dispatch/delivery.ts'), import('./subscriptions/secrets.ts'), import('./metrics/metrics.ts')]).then(
-    ([reactivation, delivery, secrets, metrics]) => ({ ...reactivation, createCallContext: delivery.createCallContext, ...secrets, ...metrics }),
-  );
+const reactivating = () => import('./subscriptions/reactivation-requests.ts');
 
 const rotating = () =>
   Promise.all([import('./subscriptions/rotation.ts'), import('./subscriptions/secrets.ts'), import('./subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({
@@ -203,6 +200,7 @@ function commandLine(): Command {
             `  endpoint  ${subscription.endpoint}`,
             `  failed    ${plural(subscription.failedCallsSinceSuccess, 'call')} since the last success (${subscription.lastSuccessAt?.toISOString() ?? 'none yet'}); ${plural(subscription.failureCount, 'event')} refused for good in a row`,
             `  in error  ${plural(subscription.deactivationsLastDay, 'time')} in the last 24 hours, ${subscription.deactivationsInARow} in a row without a delivery${subscription.deactivationsLastDay > 1 ? ' (flapping: its handshakes pass, its notifications fail; its contacts get one alert per ALERT_EMAIL_INTERVAL_SECONDS)' : ''}`,
+            ...(subscription.status === 'error' ? [`  next      ${nextReactivation(subscription)}`] : []),
             `  created   ${subscription.createdAt.toISOString()}`,
           ].join('\n'),
         );
@@ -218,10 +216,12 @@ function commandLine(): Command {
   subscriptions
     .command('reactivate')
     .description(
-      "send the reactivation handshake to a subscription in error now, its receiver fixed: on 2xx it is active (the events it missed are not sent). Run it with the service's settings: BASE_URL, SECRETS_ENCRYPTION_KEY, WEBHOOK_*, DELIVERY_* and OAUTH_*",
+      'have the running service send a subscription in error its reactivation handshake now, its receiver fixed: on 2xx it is active (the events it missed are not sent). ' +
+        "One of the service's workers sends it, with the service's settings; this command only needs the service's database",
     )
     .argument('<id>', "the subscription's id")
-    .action((id: string) => reactivate(id));
+    .option('--wait <seconds>', "how long to wait for one of the service's workers to take the request (else nothing is sent)", parseWaitSeconds, 10)
+    .action((id: string, options: { wait: number }) => reactivate(id, options));
 
   subscriptions
     .command('rotate-secret')
@@ -347,36 +347,45 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
   if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log(`${nothingToResend}.`);
 }
 
+/** When an event may reactivate a subscription in error: the next one, or one after the flapping backoff (webhook.reactivation_backoff). */
+function nextReactivation({ reactivationHeldUntil, deactivationsInARow }: { reactivationHeldUntil: Date | null; deactivationsInARow: number }): string {
+  if (reactivationHeldUntil === null) return 'the next matching event may reactivate it (subscriptions reactivate does it now)';
+  return `an event from ${reactivationHeldUntil.toISOString()} on may reactivate it (flapping: ${deactivationsInARow} deactivations in a row without a delivery)`;
+}
+
 /**
- * `subscriptions reactivate`: the handshake now, from this process, as the
- * service's $reactivate sends it (src/subscriptions/reactivation.ts); prints
- * what became of it. Exits 1 when the subscription is not in error or the
- * handshake failed.
+ * `subscriptions reactivate`: asks the running service, whose worker sends the
+ * handshake as $reactivate does (src/subscriptions/reactivation-requests.ts),
+ * and prints what became of it. Exits 1 when the subscription is not in
+ * error, the handshake failed, or no worker took or answered the request.
  */
-async function reactivate(id: string): Promise<void> {
+async function reactivate(id: string, { wait }: { wait: number }): Promise<void> {
   if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
-  const { config, logger } = oneShot();
-  const { createCallContext, createMetrics, createSecretBox, reactivateOnRequest, secretsEncryptionKey } = await reactivating();
-  // Its headers and signing secret are opened with the service's key; a missing one is a configuration error (exit 2).
-  const box = createSecretBox(await secretsEncryptionKey(config));
+  const { reactivateThroughService } = await reactivating();
   await withDatabase(async ({ db }) => {
-    const calls = createCallContext({ db, box, baseUrl: config.baseUrl, namingSystem: config.webhookNamingSystem, delivery: config.delivery, oauth: config.oauth, metrics: createMetrics(), logger });
-    let outcome;
-    try {
-      outcome = await reactivateOnRequest(calls.context, id);
-    } catch (error) {
-      if (error instanceof FhirError) throw new CommandError(`${error.message}.`);
-      throw error;
-    } finally {
-      await calls.close();
+    const answer = await reactivateThroughService(db, id, operatorName(), { takeWithinMs: wait * 1000 });
+    switch (answer.outcome) {
+      case 'not taken':
+        throw new CommandError(
+          `No worker of the service took the request within ${plural(wait, 'second')}: is the service running (npm start, or npm run cli -- serve or worker) on this database? Nothing was sent.`,
+        );
+      case 'not answered':
+        throw new CommandError(`A worker of the service took the request but has not answered: subscriptions show ${id} says what became of it.`);
+      case 'not reactivated':
+        throw new CommandError(`${answer.detail}.`);
     }
-    const answered = outcome.httpStatus === undefined ? '' : ` with HTTP ${outcome.httpStatus}`;
+    const answered = answer.httpStatus === null ? '' : ` with HTTP ${answer.httpStatus}`;
     console.log(
-      outcome.meanwhile
-        ? `Subscription ${id} is active: its receiver answered the handshake${answered}, and another reactivation got there first.`
+      answer.outcome === 'active meanwhile'
+        ? `Subscription ${id} is active: another reactivation (an event's or another request's) got there first.`
         : `Reactivated subscription ${id}: its receiver answered the handshake${answered}; it is active. The events it missed while in error are not sent (docs/operators.md says how to catch up).`,
     );
   });
+}
+
+function parseWaitSeconds(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 600) throw new InvalidArgumentError('expected a whole number of seconds from 1 to 600.');
+  return Number(value);
 }
 
 /**

@@ -189,6 +189,14 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     const failing = rows.filter({ hasText: 'Patient?family=Failing' });
     await expect.poll(() => failing.locator('td.flapping').textContent()).toBe('2');
     expect(await failing.locator('td.flapping').getAttribute('title')).toMatch(/^Flapping: \d+ deactivations in a row without a delivery$/);
+    // When an event may reactivate it: the next one; or, held back by the flapping backoff, one from an instant on.
+    expect(await failing.locator('.next-reactivation').textContent()).toBe('The next event may reactivate it');
+    const { rows: held } = await t.database.pool.query<{ until: Date }>(
+      `UPDATE webhook.subscriptions SET deactivations_in_a_row = 3, reactivation_not_before = now() + interval '1 hour' WHERE id = $1 RETURNING reactivation_not_before AS until`,
+      [scene.failing],
+    );
+    await expect.poll(() => failing.locator('.next-reactivation').textContent()).toBe(`An event from ${held[0]!.until.toISOString()} on may reactivate it`);
+    expect(await rows.filter({ hasText: 'Patient?family=Shown' }).locator('.next-reactivation').count()).toBe(0);
     expect(errors).toEqual([]);
     await page.close();
   });

@@ -84,7 +84,7 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     const { id, endpoint } = await inError('Mended');
     // While it is in error, an event: its reactivation handshake fails (the receiver is still down) and is not sent.
     const missed = await patient('Mended');
-    await waitFor(async () => ((await backoffOf(id)).deactivations === 2 ? true : undefined));
+    await waitFor(async () => ((await attemptsOf(t, id)).at(-1)?.kind === 'handshake' ? true : undefined));
     // The backoff holds events back (for an hour here): not the operator's request.
     await holdEventsBack(id);
     const byEvent = (await attemptsOf(t, id)).at(-1)!;
@@ -112,8 +112,8 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     // Recorded as an event's reactivation handshake is, without an event; the same change: active, failures reset.
     expect((await attemptsOf(t, id)).at(-1)).toMatchObject({ kind: 'handshake', attempt: 1, outcome: 'delivered', http_status: 200, error: null, resource_id: null });
     expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
-    // As after an event's reactivation, the run of deactivations ends at a delivery, not at the handshake.
-    expect((await backoffOf(id)).deactivations).toBe(2);
+    // As after an event's reactivation, the run of deactivations ends at a delivery, not at the handshake; the failed handshake did not add to it.
+    expect((await backoffOf(id)).deactivations).toBe(1);
 
     // The event missed while in error is not sent; the next one is, and ends the run.
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -136,10 +136,10 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     });
     expect(await statusOf(t, id)).toMatchObject({ status: 'error', error: reason });
     expect((await attemptsOf(t, id)).at(-1)).toMatchObject({ kind: 'handshake', outcome: 'failed', http_status: 503, resource_id: null });
-    // Like an event's failed handshake: the events of a while longer leave it in error.
+    // Like an event's failed handshake, not flapping: the next event may send the handshake again at once.
     const backoff = await backoffOf(id);
-    expect(backoff.deactivations).toBe(2);
-    expect(backoff.notBefore!.getTime()).toBeGreaterThan(asked.getTime());
+    expect(backoff.deactivations).toBe(1);
+    expect(backoff.notBefore!.getTime()).toBeLessThanOrEqual(asked.getTime());
   });
 
   it('refuses a subscription that is not in error (active, requested, off) with 409, calling nothing', async () => {
@@ -249,7 +249,7 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     await untilStatus(t, id, 'error');
     // Event 2's reactivation handshake fails; event 3 comes while events are held back from reactivating it.
     await finished('on-demand-2');
-    await waitFor(async () => ((await backoffOf(id)).deactivations === 2 ? true : undefined));
+    await waitFor(async () => ((await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake').length === 2 ? true : undefined));
     await holdEventsBack(id);
     await finished('on-demand-3');
 
@@ -274,7 +274,7 @@ describe('POST /Subscription/{id}/$reactivate', () => {
   });
 });
 
-describe("an operator's reactivation and an event's at once", () => {
+describe("an operator's reactivation and an event's at once: one handshake at a time", () => {
   /** A receiver in error whose handshakes are answered 200: the first one after `slowFirst` ms, the others at once. */
   async function racing(family: string, slowFirstMs: number) {
     const scene = await inError(family);
@@ -283,93 +283,157 @@ describe("an operator's reactivation and an event's at once", () => {
     return scene;
   }
 
-  it("the operator's handshake answered first: active once, both calls recorded, and the event that came meanwhile delivered once", async () => {
-    const { id, endpoint } = await racing('RaceOperatorFirst', 1_500);
+  it("an operator's request while an event's handshake is in flight waits for it: one handshake, active, the event delivered once, the operator answered 200", async () => {
+    const { id, endpoint } = await racing('RaceEventInFlight', 1_500);
     const calls = endpoint.calls.length;
     // The event's reactivation handshake arrives first and is answered late.
-    const event = await patient('RaceOperatorFirst');
+    const event = await patient('RaceEventInFlight');
     await endpoint.waitForCalls(calls + 1);
     const response = await reactivate(id);
     expect(response.statusCode, response.body).toBe(200);
-    // The event's handshake passed too, once the subscription was active: its event is delivered like any other, once.
+    expect(response.json()).toMatchObject({ id, status: 'active' });
     await waitFor(() => (endpoint.calls.some((call) => call.json.id === event.id) ? true : undefined));
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(endpoint.calls.filter((call) => call.json.id === event.id)).toHaveLength(1);
     const handshakes = (await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake').slice(1);
-    expect(handshakes.map(({ outcome, resource_id }) => ({ outcome, resource_id }))).toEqual([
-      { outcome: 'delivered', resource_id: null },
-      { outcome: 'delivered', resource_id: event.id },
-    ]);
+    expect(handshakes.map(({ outcome, resource_id }) => ({ outcome, resource_id }))).toEqual([{ outcome: 'delivered', resource_id: event.id }]);
     expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
   });
 
-  it("the event's handshake answered first: it reactivates and delivers its event; the operator is answered 200, active", async () => {
-    const { id, endpoint } = await racing('RaceEventFirst', 1_500);
+  it("an event while an operator's handshake is in flight waits for it, then is delivered like any other: one handshake, the operator answered 200", async () => {
+    const { id, endpoint } = await racing('RaceOperatorInFlight', 1_500);
     const calls = endpoint.calls.length;
     const asked = reactivate(id);
     await endpoint.waitForCalls(calls + 1);
-    const event = await patient('RaceEventFirst');
-    await waitFor(() => (endpoint.calls.some((call) => call.json.id === event.id) ? true : undefined));
+    const event = await patient('RaceOperatorInFlight');
     const response = await asked;
     expect(response.statusCode, response.body).toBe(200);
     expect(response.json()).toMatchObject({ id, status: 'active' });
+    await waitFor(() => (endpoint.calls.some((call) => call.json.id === event.id) ? true : undefined));
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(endpoint.calls.filter((call) => call.json.id === event.id)).toHaveLength(1);
     const handshakes = (await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake').slice(1);
-    expect(handshakes.map(({ outcome, resource_id }) => ({ outcome, resource_id }))).toEqual([
-      { outcome: 'delivered', resource_id: event.id },
-      { outcome: 'delivered', resource_id: null },
-    ]);
+    expect(handshakes.map(({ outcome, resource_id }) => ({ outcome, resource_id }))).toEqual([{ outcome: 'delivered', resource_id: null }]);
     expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
   });
 });
 
-describe('subscriptions reactivate ID (CLI)', () => {
-  const settings = {
-    DATABASE_URL: '',
-    SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
-    BASE_URL: baseUrl,
-    WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-    LOG_LEVEL: 'warn',
-  };
-  const cli = (id: string, overrides: Record<string, string> = {}) =>
-    runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'reactivate', id], childEnvironment({ ...settings, DATABASE_URL: t.database.url, ...overrides }));
+describe('one reactivation handshake per subscription at a time (issue 33)', () => {
+  /** A topic-based subscription on encounters of `patient` put in error by a refused event; its receiver still answers 503. */
+  async function topicInError(patientId: string): Promise<{ id: string; endpoint: Receiver; finished: (encounter: string) => Promise<unknown> }> {
+    const endpoint = await receiver();
+    const created = await t.fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      reason: 'Encounters that became finished',
+      criteria: 'http://example.org/topics/encounter-complete',
+      _criteria: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: `Encounter?patient=Patient/${patientId}` }] },
+      channel: {
+        type: 'rest-hook',
+        endpoint: endpoint.url,
+        payload: 'application/fhir+json',
+        _payload: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-payload-content', valueCode: 'id-only' }] },
+      },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json<{ id: string }>();
+    await untilStatus(t, id, 'active');
+    const finished = (encounter: string) =>
+      t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: `Patient/${patientId}` } });
+    endpoint.answer = () => ({ status: 503 });
+    await finished(`${patientId}-0`);
+    await untilStatus(t, id, 'error');
+    return { id, endpoint, finished };
+  }
 
-  it('sends the handshake from the command line with the service\'s settings, and exits 0 when reactivated, 1 when not, 2 for a wrong id or configuration', { timeout: 60_000 }, async () => {
-    const { id, endpoint } = await inError('Cli');
-    const failed = await cli(id);
-    expect(failed.exitCode, failed.output).toBe(1);
-    expect(failed.output).toBe(`Subscription/${id} was not reactivated. Reactivation handshake failed: HTTP 503 from ${endpoint.url}.\n`);
-    expect(await statusOf(t, id)).toMatchObject({ status: 'error', error: `Reactivation handshake failed: HTTP 503 from ${endpoint.url}` });
+  /** A topic-based subscription's handshake (its notifications are history Bundles too). */
+  const isTopicHandshake = (call: ReceivedCall) => statusValue(call.json, 'type') === 'handshake';
 
-    endpoint.answer = () => ({ status: 200 });
-    const before = endpoint.calls.length;
-    const done = await cli(id);
-    expect(done.exitCode, done.output).toBe(0);
-    expect(done.output).toBe(
-      `Reactivated subscription ${id}: its receiver answered the handshake with HTTP 200; it is active. The events it missed while in error are not sent (docs/operators.md says how to catch up).\n`,
-    );
-    expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
-    // The handshake as the service sends it: its BASE_URL, the stored header and signing secret decrypted with its key.
-    const handshake = endpoint.calls[before]!;
-    expect(handshake.json).toMatchObject({ type: 'history', entry: [{ resource: { type: 'handshake', status: 'error', subscription: { reference: `${serviceBase}/Subscription/${id}` } } }] });
-    expect(handshake.headers.secret).toBe('top-secret');
-    expect(await verify('top-secret', handshake.body.toString('utf8'), handshake.headers['x-hub-signature'] as string)).toBe(true);
-    expect((await attemptsOf(t, id)).at(-1)).toMatchObject({ kind: 'handshake', outcome: 'delivered', http_status: 200, resource_id: null });
+  /** Answers handshakes after `delayMs` with `status`, counting how many are in flight at once at most. */
+  function slowHandshakes(endpoint: Receiver, status: number, delayMs: number): { mostAtOnce: () => number } {
+    let inFlight = 0;
+    let most = 0;
+    endpoint.answer = (call) => {
+      if (!isTopicHandshake(call)) return { status: 200 };
+      most = Math.max(most, ++inFlight);
+      setTimeout(() => inFlight--, delayMs);
+      return { status, delayMs };
+    };
+    return { mostAtOnce: () => most };
+  }
 
-    const again = await cli(id);
-    expect(again.exitCode).toBe(1);
-    expect(again.output).toBe(`Subscription/${id} is active: only a subscription in error is reactivated.\n`);
-    const unknown = await cli('00000000-0000-4000-8000-000000000000');
-    expect(unknown.exitCode).toBe(1);
-    expect(unknown.output).toBe('Subscription/00000000-0000-4000-8000-000000000000 is not known.\n');
-    const wrongId = await cli('not-an-id');
-    expect(wrongId.exitCode).toBe(2);
-    expect(wrongId.output).toContain("'not-an-id' is not a subscription id");
-    const withoutKey = await cli(id, { SECRETS_ENCRYPTION_KEY: '' });
-    expect(withoutKey.exitCode).toBe(2);
-    expect(withoutKey.output).toContain('SECRETS_ENCRYPTION_KEY is required with DATABASE_URL');
-    expect(endpoint.calls).toHaveLength(before + 1);
+  it('12 concurrent writes matching a topic-based subscription in error send one handshake, which reactivates it', async () => {
+    const { id, endpoint, finished } = await topicInError('burst');
+    const handshakesBefore = endpoint.calls.filter(isTopicHandshake).length;
+    const receiving = slowHandshakes(endpoint, 200, 300);
+    await Promise.all(Array.from({ length: 12 }, (_, index) => finished(`burst-${index + 1}`)));
+    await untilStatus(t, id, 'active');
+    // The jobs of the writes that came while the handshake was in flight have run by now.
+    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(endpoint.calls.filter(isTopicHandshake).length - handshakesBefore).toBe(1);
+    expect(receiving.mostAtOnce()).toBe(1);
+  });
+
+  it("a receiver still down gets one handshake at a time, whoever asks: concurrent writes and operators' requests", async () => {
+    const { id, endpoint, finished } = await topicInError('down');
+    const handshakesBefore = endpoint.calls.filter(isTopicHandshake).length;
+    const receiving = slowHandshakes(endpoint, 503, 300);
+    const [requests] = await Promise.all([
+      Promise.all([reactivate(id), reactivate(id)]),
+      Promise.all(Array.from({ length: 12 }, (_, index) => finished(`down-${index + 1}`))),
+    ]);
+    expect(requests.map((response) => response.statusCode)).toEqual([502, 502]);
+    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Each request's, and the events': several handshakes, never two at once.
+    expect(endpoint.calls.filter(isTopicHandshake).length - handshakesBefore).toBeGreaterThanOrEqual(3);
+    expect(receiving.mostAtOnce()).toBe(1);
+    expect(await statusOf(t, id)).toMatchObject({ status: 'error' });
+  });
+});
+
+describe('a receiver that was down, and one that flaps (issue 33)', () => {
+  const failedHandshakes = async (id: string) => (await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake' && attempt.outcome === 'failed').length;
+
+  it('a subscriber whose handshakes failed several times is reactivated by the first event after its receiver recovers; a flapping one still backs off', { timeout: 60_000 }, async () => {
+    // Down: every call refused, handshakes included. Each event while it is in error sends the handshake again.
+    const { id: down, endpoint: downEndpoint } = await inError('Outage');
+    for (let failed = 1; failed <= 4; failed++) {
+      await patient('Outage');
+      await waitFor(async () => ((await failedHandshakes(down)) === failed ? true : undefined), 5_000, `failed handshake ${failed}`);
+    }
+    // Failed handshakes are not flapping: no wait before the next event may reactivate it.
+    expect(await backoffOf(down)).toEqual({ deactivations: 1, notBefore: expect.any(Date) });
+    expect((await backoffOf(down)).notBefore!.getTime()).toBeLessThanOrEqual(Date.now());
+    // Recovered: the first event reactivates it and is delivered.
+    downEndpoint.answer = () => ({ status: 200 });
+    const first = await patient('Outage');
+    await waitFor(() => (downEndpoint.calls.some((call) => call.json.id === first.id) ? true : undefined), 5_000, 'the first event after the recovery');
+    expect(await statusOf(t, down)).toEqual({ status: 'active', error: null, failure_count: 0 });
+
+    // Flapping: its handshakes pass, its notifications fail. Deactivated twice in a row: the events of the next second leave it in error.
+    const flapping = await receiver();
+    flapping.answer = (call) => ({ status: isHandshake(call) ? 200 : 503 });
+    const { id: flapper } = await subscribe(t, 'Patient?family=Flapper', flapping.url);
+    await untilStatus(t, flapper, 'active');
+    await patient('Flapper');
+    await untilStatus(t, flapper, 'error');
+    await patient('Flapper');
+    await waitFor(async () => ((await backoffOf(flapper)).deactivations === 2 ? true : undefined), 5_000, 'a second deactivation');
+    const handshakes = flapping.calls.filter(isHandshake).length;
+    await patient('Flapper');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(flapping.calls.filter(isHandshake)).toHaveLength(handshakes);
+    expect((await statusOf(t, flapper)).status).toBe('error');
+    expect((await backoffOf(flapper)).notBefore!.getTime()).toBeGreaterThan(Date.now());
+
+    // subscriptions show says when an event may reactivate it next (held back for longer than the command takes to start).
+    await holdEventsBack(flapper);
+    const { notBefore } = await backoffOf(flapper);
+    const shown = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', flapper], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+    expect(shown.exitCode, shown.output).toBe(0);
+    expect(shown.output).toContain(`\n  next      an event from ${notBefore!.toISOString()} on may reactivate it (flapping: 2 deactivations in a row without a delivery)\n`);
   });
 });
 

@@ -89,6 +89,8 @@ export interface SubscriptionsTable {
   parallel_calls: number | null;
   deactivations_in_a_row: Generated<number>;
   reactivation_not_before: Date | null;
+  /** A reactivation handshake is in flight until then at most (migration 0033); null: none. */
+  reactivation_claimed_until: Date | null;
   /** rest-hook, or websocket (topic-based only; endpoint is then the websocket URL its clients connect to): migration 0030. */
   channel_type: Generated<ChannelType>;
 }
@@ -139,6 +141,23 @@ export interface SecretRotationsTable {
   /** The operating-system user who ran the CLI command; null for a rotation through the API. */
   rotated_by_operator: string | null;
   previous_secret_until: Date;
+}
+
+/** What became of an operator's `subscriptions reactivate`, carried out by a worker (migration 0033). */
+export type ReactivationRequestOutcome = 'reactivated' | 'active meanwhile' | 'not reactivated';
+
+export interface ReactivationRequestsTable {
+  id: string;
+  subscription_id: string;
+  /** The operating-system user who ran the CLI command. */
+  requested_by: string;
+  requested_at: Generated<Date>;
+  /** Null until a worker answered. */
+  outcome: ReactivationRequestOutcome | null;
+  http_status: number | null;
+  /** Why it was not reactivated. */
+  detail: string | null;
+  answered_at: Date | null;
 }
 
 /** What became of an event (migration 0018). */
@@ -222,6 +241,7 @@ export interface Database {
   'webhook.subscription_streams': SubscriptionStreamsTable;
   'webhook.deactivation_alerts': DeactivationAlertsTable;
   'webhook.secret_rotations': SecretRotationsTable;
+  'webhook.reactivation_requests': ReactivationRequestsTable;
   'webhook.subscription_topics': SubscriptionTopicsTable;
   'webhook.websocket_binding_tokens': WebsocketBindingTokensTable;
   'webhook.websocket_bindings': WebsocketBindingsTable;

@@ -25,8 +25,10 @@ export type SubscriptionSummary = {
   error: string | null;
   /** Times it went to error in the last 24 hours: more than one is a flapping subscriber (its handshake passes, its notifications fail). */
   deactivationsLastDay: number;
-  /** Deactivations and failed reactivation handshakes since it last delivered a notification (migration 0025). */
+  /** Deactivations since it last delivered a notification (migration 0025; failed reactivation handshakes do not count since 0033). */
   deactivationsInARow: number;
+  /** In error and held back by the flapping backoff (webhook.reactivation_backoff): events before this instant do not reactivate it. Null otherwise: the next event may. */
+  reactivationHeldUntil: Date | null;
   createdAt: Date;
   /** A topic-based subscription's filters, payload level and latest event number; null for a classic one. */
   topic: TopicSummary | null;
@@ -58,6 +60,7 @@ function subscriptions(db: Db, caller: Caller | undefined) {
     )
     .select(['id', 'status', 'criteria', 'endpoint', 'failure_count as failureCount', 'error', 'created_at as createdAt', 'last_success.at as lastSuccessAt'])
     .select('deactivations_in_a_row as deactivationsInARow')
+    .select(sql<Date | null>`CASE WHEN status = 'error' AND reactivation_not_before > now() THEN reactivation_not_before END`.as('reactivationHeldUntil'))
     .select(
       sql<number>`(SELECT count(*)::int FROM webhook.deactivation_alerts deactivation
                    WHERE deactivation.subscription_id = webhook.subscriptions.id AND deactivation.created_at > now() - interval '24 hours')`.as('deactivationsLastDay'),

@@ -18,25 +18,31 @@ import { isUuid, visibleTo, type Caller } from './store.ts';
  * by DELIVERY_RESPONSE_TIMEOUT_MS, and is not held by the wait that keeps a
  * flapping subscriber in `error` (webhook.reactivation_backoff): the operator
  * says the receiver is fixed. Like an event's, a successful handshake does not
- * end that run of deactivations (a delivery does), and a failed one lengthens it.
+ * end that run of deactivations (a delivery does), and a failed one does not
+ * lengthen it. One reactivation handshake at a time per subscription: a request
+ * that comes while another is in flight (an event's, another request's) waits
+ * for it, and is answered as it left the subscription.
  */
 
 /** What the request came to, when the subscription is active after it. */
 export type OnRequestReactivation = {
-  /** The receiver's answer to the handshake. */
+  /** The receiver's answer to this request's handshake; undefined when another reactivation's made it active first and this one sent none. */
   httpStatus: number | undefined;
   /** Another reactivation (an event's, another request's) made it active while this handshake was in flight. */
   meanwhile: boolean;
 };
 
+/** Who asks: an API client (its own subscriptions, or all with the admin scope), or an operator at the CLI (all; its OS user, for the log). */
+export type Requester = { caller: Caller } | { operator: string };
+
 /**
- * Reactivates Subscription/`subscriptionId` now. `caller` is the API client
- * (its own subscriptions, or all with the admin scope); none for an operator
- * at the CLI. Throws a FhirError: 404 not known (or another key's), 409 not
- * in `error` or superseded, 502 the handshake failed (the subscription stays in
- * `error` with the new reason).
+ * Reactivates Subscription/`subscriptionId` now, for `requester`. Throws a
+ * FhirError: 404 not known (or another key's), 409 not in `error` or
+ * superseded, 502 the handshake failed (the subscription stays in `error` with
+ * the new reason).
  */
-export async function reactivateOnRequest(context: CallContext, subscriptionId: string, caller?: Caller): Promise<OnRequestReactivation> {
+export async function reactivateOnRequest(context: CallContext, subscriptionId: string, requester: Requester): Promise<OnRequestReactivation> {
+  const caller = 'caller' in requester ? requester.caller : undefined;
   const found = isUuid(subscriptionId)
     ? await visibleTo(context.db.selectFrom('webhook.subscriptions'), caller).select(['id', 'status']).where('id', '=', subscriptionId).executeTakeFirst()
     : undefined;
@@ -46,8 +52,10 @@ export async function reactivateOnRequest(context: CallContext, subscriptionId: 
   const target = await loadTarget(context, found.id);
   if (target === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
   // Each request is a message of its own (its webhook-id): the service never sends it again.
-  const { result, reason, reactivated } = await reactivationHandshake(context, target, { message: `reactivation handshake requested ${randomUUID()}` });
-  const requestedBy = caller === undefined ? 'an operator (CLI)' : `API key ${caller.apiKeyId}`;
+  const handshake = await reactivationHandshake(context, target, { message: `reactivation handshake requested ${randomUUID()}` });
+  if (handshake === undefined) return answerAsLeft(context.db, found.id, undefined);
+  const { result, reason, reactivated } = handshake;
+  const requestedBy = 'caller' in requester ? `API key ${requester.caller.apiKeyId}` : `operator ${requester.operator} (CLI)`;
   if (result.verdict !== 'delivered') {
     context.logger.info({ subscriptionId: found.id, requestedBy, reason }, 'subscription reactivation on request failed; still in error');
     throw new FhirError(502, 'transient', `Subscription/${found.id} was not reactivated. ${reason}`);
@@ -56,10 +64,18 @@ export async function reactivateOnRequest(context: CallContext, subscriptionId: 
     context.logger.info({ subscriptionId: found.id, requestedBy }, 'subscription reactivated on request');
     return { httpStatus: result.httpStatus, meanwhile: false };
   }
-  // The handshake passed, but the subscription changed meanwhile: active is what was asked; anything else is refused as it now is.
-  const now = await context.db.selectFrom('webhook.subscriptions').select(['id', 'status']).where('id', '=', found.id).executeTakeFirstOrThrow();
-  if (now.status === 'active') return { httpStatus: result.httpStatus, meanwhile: true };
-  throw (await whyNotReactivated(context.db, now)) ?? new FhirError(409, 'conflict', `Subscription/${found.id} changed while its handshake was in flight: ask again`);
+  return answerAsLeft(context.db, found.id, result.httpStatus);
+}
+
+/**
+ * Another reactivation changed the subscription while this request waited for
+ * its turn or its handshake was in flight: active is what was asked; anything
+ * else is refused as it now is.
+ */
+async function answerAsLeft(db: Db, id: string, httpStatus: number | undefined): Promise<OnRequestReactivation> {
+  const now = await db.selectFrom('webhook.subscriptions').select(['id', 'status']).where('id', '=', id).executeTakeFirstOrThrow();
+  if (now.status === 'active') return { httpStatus, meanwhile: true };
+  throw (await whyNotReactivated(db, now)) ?? new FhirError(409, 'conflict', `Subscription/${id} changed while its handshake was in flight: ask again`);
 }
 
 /** Why a subscription cannot be reactivated (409), or undefined when it can: in `error`, and not superseded. */

@@ -15,10 +15,14 @@ import { enqueueJob } from '../dispatch/tasks/jobs.ts';
  *   error     → active     a reactivation handshake answered 2xx, unless superseded
  *   (any)     → off        a switch-off of its criteria (store.ts)
  *
- * A subscription that goes to error again (or fails its reactivation
- * handshake) before delivering anything waits longer each time before an
- * event may reactivate it (webhook.reactivation_backoff, migration 0025); a
- * delivery ends the run (settleClaim in src/dispatch/events/log.ts).
+ * A subscription that goes to error again before delivering anything (a
+ * flapping subscriber: its handshake passes, its notifications fail) waits
+ * longer each time before an event may reactivate it
+ * (webhook.reactivation_backoff, migration 0025); a delivery ends the run
+ * (settleClaim in src/dispatch/events/log.ts). A failed reactivation
+ * handshake does not lengthen the wait (migration 0033): the next event sends
+ * it again. One reactivation handshake per subscription is in flight at a
+ * time, whoever asks for it (claimReactivation).
  *
  * A subscription in error for whose criteria a newer subscription exists is
  * superseded and never called again (db/migrations/0005_superseded_subscriptions.sql).
@@ -89,9 +93,33 @@ export async function reactivate(db: Db, id: string): Promise<boolean> {
   return reactivated.numUpdatedRows > 0n;
 }
 
-/** A failed reactivation handshake: still in error, with the new reason, and longer before the next try. */
+/** A failed reactivation handshake: still in error, with the new reason; the next event sends the handshake again. */
 export async function failReactivation(db: Db, id: string, reason: string): Promise<void> {
-  await db.updateTable('webhook.subscriptions').set({ error: reason, ...oneMoreDeactivation }).where('id', '=', id).where('status', '=', 'error').execute();
+  await db.updateTable('webhook.subscriptions').set({ error: reason }).where('id', '=', id).where('status', '=', 'error').execute();
+}
+
+/**
+ * Claims the reactivation handshake of a subscription in error for `forMs`
+ * (migration 0033): the claim's end, or undefined when another handshake's
+ * claim holds it or the subscription is not in error. One statement, so that
+ * it holds across processes.
+ */
+export async function claimReactivation(db: Db, id: string, forMs: number): Promise<Date | undefined> {
+  const claimed = await db
+    .updateTable('webhook.subscriptions')
+    // To the millisecond, as a Date holds it: releaseReactivation finds the claim by it.
+    .set({ reactivation_claimed_until: sql<Date>`date_trunc('milliseconds', now() + make_interval(secs => ${forMs / 1000}))` })
+    .where('id', '=', id)
+    .where('status', '=', 'error')
+    .where((eb) => eb.or([eb('reactivation_claimed_until', 'is', null), eb('reactivation_claimed_until', '<=', sql<Date>`now()`)]))
+    .returning('reactivation_claimed_until')
+    .executeTakeFirst();
+  return claimed?.reactivation_claimed_until ?? undefined;
+}
+
+/** Ends a reactivation claim, unless it ran out and another took the subscription's since. */
+export async function releaseReactivation(db: Db, id: string, claimedUntil: Date): Promise<void> {
+  await db.updateTable('webhook.subscriptions').set({ reactivation_claimed_until: null }).where('id', '=', id).where('reactivation_claimed_until', '=', claimedUntil).execute();
 }
 
 /** One more time in error without a delivery, and the instant before which events leave it there. */

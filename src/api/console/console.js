@@ -75,6 +75,17 @@ function deactivationsCell({ deactivationsLastDay, deactivationsInARow }) {
   return td;
 }
 
+/** Why it is in error and, for one in error, when an event may reactivate it: the next, or one after the flapping backoff. */
+function reasonCell({ status, error, reactivationHeldUntil }) {
+  const td = cell(error);
+  if (status !== 'error') return td;
+  const next = document.createElement('div');
+  next.className = 'next-reactivation';
+  next.textContent = reactivationHeldUntil === null ? 'The next event may reactivate it' : `An event from ${utc(reactivationHeldUntil)} on may reactivate it`;
+  td.append(next);
+  return td;
+}
+
 /** A row that opens a subscription's detail on a click, or on Enter or Space when it has the focus. */
 function selectable(row, id) {
   row.dataset.key = id;
@@ -109,7 +120,7 @@ function renderSubscriptions(subscriptions) {
         cell(String(subscription.failedCallsSinceSuccess)),
         deactivationsCell(subscription),
         subscription.lastSuccessAt === null ? cell('never') : timeCell(subscription.lastSuccessAt),
-        cell(subscription.error),
+        reasonCell(subscription),
         subscription.status === 'error' ? reactivateCell(subscription.id) : cell(''),
       );
       return selectable(row, subscription.id);

@@ -18,6 +18,7 @@ const summaryJson = (subscription: SubscriptionSummary) => ({
   ...subscription,
   createdAt: subscription.createdAt.toISOString(),
   lastSuccessAt: subscription.lastSuccessAt?.toISOString() ?? null,
+  reactivationHeldUntil: subscription.reactivationHeldUntil?.toISOString() ?? null,
   subscribedTo: subscribedTo(subscription),
 });
 
@@ -39,7 +40,11 @@ const subscriptionSummary = z.object({
   lastSuccessAt: z.string().nullable().describe('The last call delivered (ISO 8601, UTC), or null'),
   error: z.string().nullable(),
   deactivationsLastDay: z.number().describe('Times it went to error in the last 24 hours: more than one is a flapping subscriber'),
-  deactivationsInARow: z.number().describe('Deactivations and failed reactivation handshakes since it last delivered a notification'),
+  deactivationsInARow: z.number().describe('Deactivations since it last delivered a notification (failed reactivation handshakes do not count)'),
+  reactivationHeldUntil: z
+    .string()
+    .nullable()
+    .describe('In error and held back by the flapping backoff: events before this instant (ISO 8601, UTC) do not reactivate it; null otherwise (the next event may)'),
   createdAt: z.string(),
   topic: z.object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() }).nullable().describe('A topic-based subscription: its filters, payload level and latest event number'),
   subscribedTo: z.string().describe('Its criteria, or its topic with filters and payload level, in one line'),

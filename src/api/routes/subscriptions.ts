@@ -284,7 +284,7 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
         throw refusal('$reactivate takes no parameters: send no body, or a Parameters without any parameter');
       }
       const caller = callerOf(request);
-      await reactivateOnRequest(calls, request.params.id, caller);
+      await reactivateOnRequest(calls, request.params.id, { caller });
       return reply.type(fhirJson).send(await readSubscription(db, context, request.params.id, caller));
     },
   );

@@ -10,8 +10,9 @@ const chunk = 5_000;
  * chunk at a time through their time indexes (pending events are never
  * deleted); the previous signing secrets whose rotation overlap has ended
  * (they sign nothing any more: kept, they are a secret stored for no use);
- * and graphile-worker's queues left without jobs (those of the version before
- * the event log).
+ * the operators' reactivation requests left behind by a CLI that stopped
+ * waiting (it deletes its own); and graphile-worker's queues left without
+ * jobs (those of the version before the event log).
  */
 export async function deliveryLogCleanup(context: DispatchContext): Promise<void> {
   const days = context.delivery.logRetentionDays;
@@ -31,5 +32,6 @@ export async function deliveryLogCleanup(context: DispatchContext): Promise<void
     .set({ previous_signing_secret_encrypted: null, previous_secret_until: null })
     .where('previous_secret_until', '<=', new Date())
     .execute();
+  await sql`DELETE FROM webhook.reactivation_requests WHERE requested_at < now() - interval '1 day'`.execute(context.db);
   await context.workerUtils.cleanup({ tasks: ['GC_JOB_QUEUES'] });
 }

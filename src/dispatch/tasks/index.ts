@@ -6,6 +6,7 @@ import { handshake } from './handshake.ts';
 import { taskFor } from './jobs.ts';
 import { legacyNotification } from './legacy-notification.ts';
 import { reactivation } from './reactivation.ts';
+import { reactivationRequest } from './reactivation-request.ts';
 
 /**
  * The dispatcher's graphile-worker tasks, one file each. The database and the
@@ -18,6 +19,7 @@ export function dispatchTasks(context: DispatchContext): TaskList {
   return {
     subscription_handshake: taskFor('subscription_handshake', (payload, signal) => handshake(context, payload, signal)),
     subscription_reactivation: taskFor('subscription_reactivation', (event, signal) => reactivation(context, event, signal)),
+    subscription_reactivation_request: taskFor('subscription_reactivation_request', (payload) => reactivationRequest(context, payload)),
     notification_delivery: taskFor('notification_delivery', (batch) => legacyNotification(context, batch)),
     deactivation_alert: taskFor('deactivation_alert', (payload) => deactivationAlert(context, payload)),
     delivery_log_cleanup: taskFor('delivery_log_cleanup', () => deliveryLogCleanup(context)),

@@ -54,6 +54,8 @@ export const jobPayloads = {
   subscription_handshake: z.object({ subscriptionId: z.uuid(), attempt: attempt.optional() }),
   /** By the notification trigger, for a subscription in error (job key reactivate:<id>). */
   subscription_reactivation: resourceEvent,
+  /** By the CLI's `subscriptions reactivate`, with its request row (webhook.reactivation_requests; job key reactivation-request:<requestId>). */
+  subscription_reactivation_request: z.object({ requestId: z.uuid() }),
   /** Left by the version before the event log: moved into it. */
   notification_delivery: legacyNotification,
   /** With a deactivation, in its transaction. */
