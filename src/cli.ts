@@ -13,6 +13,7 @@ import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config }
 import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
+import { formatInstant } from './fhir/instant.ts';
 import { FhirError } from './fhir/outcome.ts';
 import type { LoadProgress } from './loading/ndjson.ts';
 import type { Attempt } from './operations/delivery-overview.ts';
@@ -392,7 +393,7 @@ async function rotateSecret(id: string, options: { overlapSeconds?: number }): P
     console.log(
       overlapSeconds === 0
         ? `Rotated the signing secret of subscription ${id}: every call from now on is signed with the new secret only.`
-        : `Rotated the signing secret of subscription ${id}. Until ${rotation.previousSecretUntil.toISOString()} every call is signed with the previous secret too ` +
+        : `Rotated the signing secret of subscription ${id}. Until ${formatInstant(rotation.previousSecretUntil)} every call is signed with the previous secret too ` +
             '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.',
     );
   });
