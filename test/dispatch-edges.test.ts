@@ -467,7 +467,9 @@ describe('deactivation alerts of a flapping subscriber', () => {
     expect(listed).toMatch(new RegExp(`^${id}\\s+\\w+\\s+\\d+\\s+${rows.length}\\s`));
     expect((await cli('show', id)).output).toMatch(new RegExp(`\\n {2}in error {2}${rows.length} times in the last 24 hours, \\d+ in a row without a delivery \\(flapping: `));
     const exposed = await createMetrics(t.database.db).registry.metrics();
-    expect(exposed).toContain(`fhir_webhooks_subscription_deactivations_last_day{subscription="${id}"} ${rows.length}\n`);
+    expect(exposed).toContain('fhir_webhooks_flapping_subscriptions 1\n');
+    expect(exposed).toContain(`fhir_webhooks_subscription_deactivations_last_day_max ${rows.length}\n`);
+    expect(exposed).not.toContain(id);
   });
 });
 
