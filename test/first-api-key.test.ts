@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -50,7 +51,9 @@ async function serve(database: TestDatabase, dataDir: string, { inTerminal = fal
 describe('the first API key', () => {
   it('goes, when stdout is not a terminal, to a file of mode 0600 whose path is logged, and is in no output', { timeout: 60_000 }, async () => {
     const database = await databaseWithoutKeys();
-    const dataDir = path.join(scratch, 'piped');
+    // Inside a checkout, under a name the project's .gitignore does not know.
+    execFileSync('git', ['init', '--quiet', path.join(scratch, 'checkout')]);
+    const dataDir = path.join(scratch, 'checkout', '.data-op');
     const file = path.join(dataDir, 'first-api-key');
     // A file left by an earlier database, readable by all: replaced, not written into.
     await mkdir(dataDir, { recursive: true });
@@ -70,6 +73,8 @@ describe('the first API key', () => {
     const key = readFileSync(file, 'utf8').trim();
     expect(key).toMatch(/^fwk_[\w-]{43}$/);
     expect(await works(key)).toBe(true);
+    // The key is in the data folder, which git does not see (the service wrote a .gitignore there).
+    expect(execFileSync('git', ['-C', path.join(scratch, 'checkout'), 'status', '--porcelain', '--untracked-files=all'], { encoding: 'utf8' })).toBe('');
 
     command.interrupt('SIGINT');
     expect(await command.exited).toBe(0);
