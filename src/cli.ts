@@ -17,6 +17,7 @@ import { formatInstant } from './fhir/instant.ts';
 import { FhirError } from './fhir/outcome.ts';
 import type { LoadProgress } from './loading/ndjson.ts';
 import type { Attempt } from './operations/delivery-overview.ts';
+import { appliedSummary } from './db/migrations.ts';
 import { databaseServer, migrate, openDatabase } from './db/open.ts';
 import type { Roles } from './service.ts';
 import type { ResendSelection } from './subscriptions/resend.ts';
@@ -85,7 +86,7 @@ function commandLine(): Command {
       const server = await databaseServer(config, logger);
       try {
         const applied = await migrate(server.url, logger);
-        console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
+        console.log(applied.length === 0 ? 'The database is up to date.' : `Applied ${appliedSummary(applied)}.`);
       } finally {
         await server.release();
       }
