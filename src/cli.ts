@@ -13,9 +13,11 @@ import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config }
 import { createLogger, describeError } from './config/logger.ts';
 import type { Db } from './db/database.ts';
 import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
+import { formatInstant } from './fhir/instant.ts';
 import { FhirError } from './fhir/outcome.ts';
 import type { LoadProgress } from './loading/ndjson.ts';
 import type { Attempt } from './operations/delivery-overview.ts';
+import { appliedSummary } from './db/migrations.ts';
 import { databaseServer, migrate, openDatabase } from './db/open.ts';
 import type { Roles } from './service.ts';
 import type { ResendSelection } from './subscriptions/resend.ts';
@@ -81,7 +83,7 @@ function commandLine(): Command {
       const server = await databaseServer(config, logger);
       try {
         const applied = await migrate(server.url, logger);
-        console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
+        console.log(applied.length === 0 ? 'The database is up to date.' : `Applied ${appliedSummary(applied)}.`);
       } finally {
         await server.release();
       }
@@ -420,7 +422,7 @@ async function rotateSecret(id: string, options: { overlapSeconds?: number }): P
     console.log(
       overlapSeconds === 0
         ? `Rotated the signing secret of subscription ${id}: every call from now on is signed with the new secret only.`
-        : `Rotated the signing secret of subscription ${id}. Until ${rotation.previousSecretUntil.toISOString()} every call is signed with the previous secret too ` +
+        : `Rotated the signing secret of subscription ${id}. Until ${formatInstant(rotation.previousSecretUntil)} every call is signed with the previous secret too ` +
             '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.',
     );
   });

@@ -1,10 +1,11 @@
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp, fhirBasePath } from './api/app.ts';
 import { apiKeyScopes, createApiKey, hasAnyApiKey, registerApiKey } from './auth/api-keys.ts';
+import { makeDataDir } from './config/data-dir.ts';
 import { ConfigError, type Config } from './config/index.ts';
 import type { DatabaseHandle } from './db/database.ts';
 import { pendingMigrations } from './db/migrations.ts';
@@ -150,12 +151,13 @@ function firstApiKeyFile(config: Config): string {
 }
 
 /**
- * Writes a new file of mode 0600. A file already there (a key of an earlier
- * database) is removed first: the mode applies only to a file created, and
- * `wx` will not follow a link planted in its place.
+ * Writes a new file of mode 0600 in the data folder (made, git-ignored, if
+ * missing). A file already there (a key of an earlier database) is removed
+ * first: the mode applies only to a file created, and `wx` will not follow a
+ * link planted in its place.
  */
 async function writeOwnerOnlyFile(file: string, text: string): Promise<void> {
-  await mkdir(path.dirname(file), { recursive: true, mode: 0o755 });
+  await makeDataDir(path.dirname(file));
   await rm(file, { force: true });
   await writeFile(file, text, { mode: 0o600, flag: 'wx' });
 }

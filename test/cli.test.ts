@@ -11,6 +11,8 @@ import { freePort } from './support/receiver.ts';
 // A private parent (mode 0700, as mktemp -d and /root are): started by root, the
 // embedded PostgreSQL's user cannot enter it, and the service must cope by itself.
 const privateParent = await mkdtemp(path.join(tmpdir(), 'fhir-webhooks-cli-'));
+// A checkout, as a newcomer's is: the data folder inside it must never show up in git status, whatever its name.
+execFileSync('git', ['init', '--quiet', privateParent]);
 const dataDir = path.join(privateParent, 'data');
 afterAll(async () => {
   await stopStartedCommands();
@@ -46,6 +48,8 @@ describe('npm start with no DATABASE_URL, as a newcomer runs it', () => {
     expect(service.output()).not.toContain(apiKey);
     expect((await fetch(`http://127.0.0.1:${port}/fhir/resources/Subscription?_count=1`, { headers: { 'x-api-key': apiKey } })).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(200);
+    // The password, the secrets key and the first key are in the data folder: git sees none of it.
+    expect(execFileSync('git', ['-C', privateParent, 'status', '--porcelain', '--untracked-files=all'], { encoding: 'utf8' })).toBe('');
 
     const second = await runCommand('npm', ['start'], environment);
     expect(second.exitCode).toBe(2);

@@ -467,14 +467,16 @@ describe('deactivation alerts of a flapping subscriber', () => {
     expect(listed).toMatch(new RegExp(`^${id}\\s+\\w+\\s+\\d+\\s+${rows.length}\\s`));
     expect((await cli('show', id)).output).toMatch(new RegExp(`\\n {2}in error {2}${rows.length} times in the last 24 hours, \\d+ in a row without a delivery \\(flapping: `));
     const exposed = await createMetrics(t.database.db).registry.metrics();
-    expect(exposed).toContain(`fhir_webhooks_subscription_deactivations_last_day{subscription="${id}"} ${rows.length}\n`);
+    expect(exposed).toContain('fhir_webhooks_flapping_subscriptions 1\n');
+    expect(exposed).toContain(`fhir_webhooks_subscription_deactivations_last_day_max ${rows.length}\n`);
+    expect(exposed).not.toContain(id);
   });
 });
 
 describe('delivery log', () => {
   const stack = stackWith(() => ({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_LOG_RETENTION_DAYS: '30' }));
 
-  it('the cleanup job deletes the attempts and settled events older than the retention and the previous signing secrets past their overlap, and keeps the others', async () => {
+  it('the cleanup job deletes the attempts, settled events and told deactivations older than the retention and the previous signing secrets past their overlap, and keeps the others', async () => {
     const { t } = stack.current();
     const endpoint = await receiver();
     const { id } = await subscribe(t, 'Patient?active=true', endpoint.url);
@@ -506,6 +508,23 @@ describe('delivery log', () => {
       ]);
     await previousSecret(id, -60);
     await previousSecret(overlapping, 3600);
+    // Deactivations told (sent, logged, or folded into a later e-mail) go with the attempts; an untold one stays, however old: its e-mail is still due.
+    const deactivation = async (daysAgo: number, handledAs: 'sent' | 'logged' | 'folded' | null, toldIn?: string) =>
+      (
+        await t.database.pool.query<{ id: string }>(
+          `INSERT INTO webhook.deactivation_alerts (subscription_id, recipients, reason, created_at, handled_as, handled_at, deactivations_told, told_in)
+           VALUES ($1, '{}', $2, now() - make_interval(days => $3),
+                   $4::text, CASE WHEN $4::text IS NOT NULL THEN now() - make_interval(days => $3) END, CASE WHEN $4::text IN ('sent', 'logged') THEN 1 END, $5)
+           RETURNING id`,
+          [id, `${handledAs ?? 'untold'} ${daysAgo} days ago`, daysAgo, handledAs, toldIn ?? null],
+        )
+      ).rows[0]!.id;
+    const oldMail = await deactivation(41, 'sent');
+    await deactivation(42, 'folded', oldMail);
+    await deactivation(40, 'logged');
+    await deactivation(40, null);
+    const recentMail = await deactivation(29, 'sent');
+    await deactivation(29, 'folded', recentMail);
 
     const { rows: jobs } = await t.database.pool.query<{ id: string }>(`SELECT id FROM graphile_worker.add_job('delivery_log_cleanup')`);
     // A job that succeeded is deleted; one that failed stays, with its error.
@@ -522,6 +541,8 @@ describe('delivery log', () => {
     expect(events.map((row) => row.resource_id)).toEqual(['recent', 'waiting']);
     const { rows: secrets } = await t.database.pool.query(`SELECT id, previous_signing_secret_encrypted IS NOT NULL AS kept FROM webhook.subscriptions WHERE id = ANY($1)`, [[id, overlapping]]);
     expect(Object.fromEntries(secrets.map((row) => [row.id, row.kept]))).toEqual({ [id]: false, [overlapping]: true });
+    const { rows: deactivations } = await t.database.pool.query(`SELECT reason FROM webhook.deactivation_alerts WHERE subscription_id = $1 ORDER BY reason`, [id]);
+    expect(deactivations.map((row) => row.reason)).toEqual(['folded 29 days ago', 'sent 29 days ago', 'untold 40 days ago']);
   });
 
   it('the webhook.delivery_log view shows each attempt with its subscription criteria and endpoint', async () => {

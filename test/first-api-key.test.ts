@@ -1,11 +1,13 @@
-import { readFileSync, statSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
 import { testSecretsKey } from './support/app.ts';
 import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { databaseUrl, withAdmin } from './support/global-setup.ts';
 import { freePort } from './support/receiver.ts';
 
 /**
@@ -29,8 +31,17 @@ async function databaseWithoutKeys(): Promise<TestDatabase> {
   return database;
 }
 
+/** An empty database (no schema): where a first start applies every migration. */
+async function emptyDatabase(): Promise<Pick<TestDatabase, 'url'>> {
+  const adminUrl = inject('adminUrl');
+  const name = `fhir_webhooks_empty_${Math.random().toString(36).slice(2, 10)}`;
+  await withAdmin(adminUrl, (admin) => admin.query(`CREATE DATABASE ${name}`));
+  cleanups.push(() => withAdmin(adminUrl, (admin) => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)));
+  return { url: databaseUrl(adminUrl, name) };
+}
+
 /** `serve` on a database with no API key, its stdout a pipe unless `inTerminal` runs it under script(1)'s pseudo-terminal. */
-async function serve(database: TestDatabase, dataDir: string, { inTerminal = false } = {}) {
+async function serve(database: Pick<TestDatabase, 'url'>, dataDir: string, { inTerminal = false } = {}) {
   const port = await freePort();
   const environment = childEnvironment({
     DATABASE_URL: database.url,
@@ -50,7 +61,9 @@ async function serve(database: TestDatabase, dataDir: string, { inTerminal = fal
 describe('the first API key', () => {
   it('goes, when stdout is not a terminal, to a file of mode 0600 whose path is logged, and is in no output', { timeout: 60_000 }, async () => {
     const database = await databaseWithoutKeys();
-    const dataDir = path.join(scratch, 'piped');
+    // Inside a checkout, under a name the project's .gitignore does not know.
+    execFileSync('git', ['init', '--quiet', path.join(scratch, 'checkout')]);
+    const dataDir = path.join(scratch, 'checkout', '.data-op');
     const file = path.join(dataDir, 'first-api-key');
     // A file left by an earlier database, readable by all: replaced, not written into.
     await mkdir(dataDir, { recursive: true });
@@ -70,6 +83,8 @@ describe('the first API key', () => {
     const key = readFileSync(file, 'utf8').trim();
     expect(key).toMatch(/^fwk_[\w-]{43}$/);
     expect(await works(key)).toBe(true);
+    // The key is in the data folder, which git does not see (the service wrote a .gitignore there).
+    expect(execFileSync('git', ['-C', path.join(scratch, 'checkout'), 'status', '--porcelain', '--untracked-files=all'], { encoding: 'utf8' })).toBe('');
 
     command.interrupt('SIGINT');
     expect(await command.exited).toBe(0);
@@ -101,6 +116,37 @@ describe('the first API key', () => {
     expect((await hinted.text()).length).toBeLessThan(2_000);
     expect(command.output()).toContain('Lost it? Make another with: npm run cli -- api-key create --name <name>');
     expect(() => statSync(path.join(dataDir, 'first-api-key'))).toThrow(/ENOENT/);
+    command.interrupt('SIGINT');
+    await command.exited;
+  });
+});
+
+describe("a first start's migrations in the log", () => {
+  const summary = /applied database migrations: (\d+) migrations \(0001_\w+ to (\d{4})_\w+\) and (\d+) function files/;
+
+  it('on a terminal, are one short line: how many, the first and the last', { timeout: 60_000 }, async () => {
+    const { command } = await serve(await emptyDatabase(), path.join(scratch, 'migrated-terminal'), { inTerminal: true });
+    const [line] = command.output().split('\n').filter((text) => text.includes('applied database migrations'));
+    expect(line).toMatch(summary);
+    expect(line!.length).toBeLessThan(200);
+    command.interrupt('SIGINT');
+    await command.exited;
+  });
+
+  it('in the JSON log, name every migration and function file applied', { timeout: 60_000 }, async () => {
+    const { command } = await serve(await emptyDatabase(), path.join(scratch, 'migrated-piped'));
+    const applied = command
+      .output()
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { msg: string; migrations?: string[] })
+      .find((line) => line.migrations !== undefined)!;
+    const [, migrations, last, functions] = summary.exec(applied.msg)!;
+    expect(applied.migrations).toHaveLength(Number(migrations) + Number(functions));
+    const migrationFiles = readdirSync('db/migrations').filter((file) => file.endsWith('.sql')).sort();
+    expect(applied.migrations!.filter((name) => !name.startsWith('functions/'))).toEqual(migrationFiles.map((file) => file.slice(0, -'.sql'.length)));
+    expect(migrationFiles.at(-1)).toMatch(new RegExp(`^${last}_`));
+    expect(applied.migrations!.filter((name) => name.startsWith('functions/'))).toHaveLength(Number(functions));
     command.interrupt('SIGINT');
     await command.exited;
   });

@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.ts';
 
@@ -128,5 +129,35 @@ describe('malformed requests are answered 4xx with an OperationOutcome, never 5x
     expect(outcome.resourceType).toBe('OperationOutcome');
     expect(outcome.issue[0]).toMatchObject({ severity: 'error', code });
     expect(outcome.issue[0].details.text).toMatch(text);
+  });
+});
+
+describe('dot segments as an id, sent as they are', () => {
+  let listening: TestApp;
+  beforeAll(async () => {
+    listening = await startTestApp({ listen: true });
+  });
+  afterAll(() => listening.close());
+  /** A GET of `path` over a real socket, the path sent byte for byte (fetch would resolve %2e%2e as '..' and send the FHIR base). */
+  const rawGet = (port: string, path: string, apiKey: string) =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const sent = request({ host: '127.0.0.1', port, path, headers: { 'x-api-key': apiKey } }, (response) => {
+        let body = '';
+        response.setEncoding('utf8').on('data', (chunk: string) => (body += chunk));
+        response.on('end', () => resolve({ status: response.statusCode!, body }));
+      });
+      sent.on('error', reject).end();
+    });
+
+  it.each([
+    ['/Patient/%2e%2e', 'Patient/.. is not known'],
+    ['/Patient/..', 'Patient/.. is not known'],
+    ['/Patient/%2E', 'Patient/. is not known'],
+    ['/Patient/%2e%2e/_history', 'Patient/.. is not known'],
+    ['/Subscription/%2e%2e', 'Subscription/.. is not known'],
+  ])('GET %s is a 404 for that id: the service resolves no dot segment', async (path, text) => {
+    const answer = await rawGet(new URL(listening.baseUrl).port, `/fhir/resources${path}`, listening.apiKey);
+    expect(answer.status, answer.body).toBe(404);
+    expect(JSON.parse(answer.body)).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'not-found', details: { text } }] });
   });
 });

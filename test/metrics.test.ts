@@ -56,7 +56,7 @@ describe('/metrics after real deliveries', () => {
     expect(before.get('fhir_webhooks_subscriptions{status="active"}')).toBe(0);
     expect(before.has('process_cpu_user_seconds_total')).toBe(true);
 
-    await subscribe(t, 'Patient?family=Measured', receiver.url);
+    const { id } = await subscribe(t, 'Patient?family=Measured', receiver.url);
     const active = await waitFor(async () => ((await scrape()).get('fhir_webhooks_subscriptions{status="active"}') === 1 ? true : undefined), 10_000, 'the activation');
     expect(active).toBe(true);
     await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Measured' }] });
@@ -90,6 +90,11 @@ describe('/metrics after real deliveries', () => {
     // The alert job waits for graphile-worker's retry: the queue gauge reads it from the database.
     const alertJobs = [...failed].filter(([series]) => series.startsWith('fhir_webhooks_jobs{task="deactivation_alert"'));
     expect(alertJobs.reduce((sum, [, count]) => sum + count, 0)).toBe(1);
+    // Deactivations as bounded series: one deactivation is not flapping. No series names a subscription:
+    // /metrics is read without a key.
+    expect((await t.app.inject({ method: 'GET', url: '/metrics' })).body).not.toContain(id);
+    expect(failed.get('fhir_webhooks_flapping_subscriptions')).toBe(0);
+    expect(failed.get('fhir_webhooks_subscription_deactivations_last_day_max')).toBe(1);
   });
 });
 

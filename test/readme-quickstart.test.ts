@@ -1,9 +1,11 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { childEnvironment, removeStagedClusters, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
+import { createTestDatabase } from './support/database.ts';
+import { testSecretsKey } from './support/app.ts';
 import { freePort, waitFor } from './support/receiver.ts';
 
 /**
@@ -88,5 +90,33 @@ describe('the README quick start', () => {
     expect(log.output).toMatch(/handshake\s+\|\s+\|\s+1 \| delivered \|\s+200/);
     expect(log.output).toMatch(/notification \| Appointment\s+\|\s+1 \| delivered \|\s+200/);
     expect(service.output()).not.toContain(key);
+  });
+});
+
+describe("the README's log file", () => {
+  it('of JSON lines only, as the README says to write it: no npm banner', { timeout: 60_000 }, async () => {
+    const command = /`(npm start [^`]*> log\.txt)`/.exec(readme)?.[1];
+    expect(command, 'the README says how to write the log to a file').toBeDefined();
+    const database = await createTestDatabase();
+    const logFile = path.join(scratch, 'log.txt');
+    const port = await freePort();
+    const environment = childEnvironment({
+      DATABASE_URL: database.url,
+      SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
+      BOOTSTRAP_API_KEY: 'readme-log-file-key-0123456789',
+      PORT: String(port),
+    });
+    try {
+      const service = startCommand('bash', ['-c', command!.replace('log.txt', logFile)], environment);
+      await waitFor(async () => (existsSync(logFile) && readFileSync(logFile, 'utf8').includes('Listening on') ? true : undefined), 30_000, 'the service listening');
+      service.interrupt('SIGINT');
+      expect(await service.exited).toBe(0);
+      const lines = readFileSync(logFile, 'utf8').trimEnd().split('\n');
+      expect(lines.length).toBeGreaterThan(2);
+      for (const line of lines) expect(() => JSON.parse(line), line).not.toThrow();
+      expect(JSON.parse(lines.at(-1)!)).toMatchObject({ msg: 'stopped' });
+    } finally {
+      await database.drop();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -111,6 +111,22 @@ afterAll(async () => {
   await workers?.stop();
   await receiver?.close();
   await t?.close();
+});
+
+describe('the TypeScript check of docs/receivers.md in a CommonJS package', () => {
+  it('runs as a .mts file, as the page says, and accepts a real call', () => {
+    const commonJsPackage = path.join(dir, 'commonjs-package');
+    mkdirSync(commonJsPackage);
+    writeFileSync(path.join(commonJsPackage, 'package.json'), JSON.stringify({ type: 'commonjs' }));
+    const [typescript] = languages;
+    const source = path.join(commonJsPackage, 'verify.mts');
+    writeFileSync(source, typescript!.program(snippet('ts')));
+    const bodyFile = path.join(commonJsPackage, 'body');
+    writeFileSync(bodyFile, calls.before.body);
+    const result = spawnSync(process.execPath, [source, bodyFile, calls.before.signature, calls.before.next, secret], { encoding: 'utf8' });
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trim()).toBe('true');
+  });
 });
 
 describe.each(languages)('the $language signature check of docs/receivers.md', ({ language, installed, file, program, command }) => {

@@ -133,5 +133,10 @@ describe('FHIR RESTful interactions', () => {
     expect(byType('Patient').searchRevInclude).toContain('Encounter:subject');
     expect(byType('Patient').searchParam.map((parameter: { name: string }) => parameter.name)).not.toContain('deceased');
     expect(byType('Subscription').interaction).toEqual([{ code: 'create' }, { code: 'read' }, { code: 'search-type' }]);
+    // Every Subscription operation, the service's own with canonical URLs under its base.
+    expect(byType('Subscription').operation.map((operation: { name: string }) => operation.name)).toEqual(['status', 'events', 'get-ws-binding-token', 'resend', 'reactivate', 'rotate-secret']);
+    for (const name of ['resend', 'reactivate', 'rotate-secret']) {
+      expect(byType('Subscription').operation).toContainEqual({ name, definition: `${serviceBase}/OperationDefinition/Subscription-${name}` });
+    }
   });
 });

@@ -9,6 +9,7 @@ import { loadConfig } from '../src/config/index.ts';
 import { createLogger } from '../src/config/logger.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
+import { formatInstant, isStoredInstant } from '../src/fhir/instant.ts';
 import { createSecretBox } from '../src/subscriptions/secrets.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
@@ -343,13 +344,17 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     const first = await rotateTo(id, secretNamed('refused-first'), 1, asOwner);
     expect(first.statusCode, first.body).toBe(200);
     const until = instantOf(first.json(), 'previousSecretUntil');
+    // The answer and the refusal write the instant one way: the FHIR instant the rest of the API writes (fhir.format_instant).
+    const untilText = first.json().parameter.find((item: Json) => item.name === 'previousSecretUntil').valueInstant as string;
+    expect(isStoredInstant(untilText)).toBe(true);
+    expect(isStoredInstant(first.json().parameter.find((item: Json) => item.name === 'rotatedAt').valueInstant as string)).toBe(true);
     const tooSoon = await rotateTo(id, attempt, 1, asOwner);
     expect(tooSoon.statusCode).toBe(409);
     expect(tooSoon.json().issue[0]).toMatchObject({
       code: 'conflict',
       details: {
         text: expect.stringMatching(
-          new RegExp(`^Subscription/${id} is in the overlap of its last rotation until \\d{4}-.*Z: its receiver may still hold only the secret before it\\. Rotate again once it has ended$`),
+          new RegExp(`^Subscription/${id} is in the overlap of its last rotation until ${untilText}: its receiver may still hold only the secret before it\\. Rotate again once it has ended$`),
         ),
       },
     });
@@ -461,7 +466,7 @@ describe('subscriptions rotate-secret ID (CLI)', () => {
     expect(rotation).toMatchObject({ rotated_by_api_key: null, rotated_by_operator: userInfo().username });
     expect(rotation!.previous_secret_until.getTime() - rotation!.rotated_at.getTime()).toBe(3_000);
     expect(done.output).toBe(
-      `Rotated the signing secret of subscription ${id}. Until ${rotation!.previous_secret_until.toISOString()} every call is signed with the previous secret too ` +
+      `Rotated the signing secret of subscription ${id}. Until ${formatInstant(rotation!.previous_secret_until)} every call is signed with the previous secret too ` +
         '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.\n',
     );
     expect(done.output).not.toContain(newSecret);

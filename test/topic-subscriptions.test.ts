@@ -408,7 +408,7 @@ describe('$status, $events and discovery', () => {
     // Retired: no longer offered.
     expect(topics.map((item: Json) => item.valueCanonical)).not.toContain(`${topicUrl}|retiring`);
     expect(subscription.supportedProfile).toEqual([`${ig}/backport-subscription`]);
-    expect(subscription.operation.map((operation: Json) => operation.name)).toEqual(['status', 'events', 'get-ws-binding-token']);
+    expect(subscription.operation.map((operation: Json) => operation.name)).toEqual(expect.arrayContaining(['status', 'events', 'get-ws-binding-token']));
 
     // R4 has no SubscriptionTopic: each is the IG's Basic, its version and status in extensions (test/topics.test.ts has the whole shape).
     const search = (await t.fhir('GET', `/SubscriptionTopic?url=${encodeURIComponent(topicUrl)}`)).json<Json>();

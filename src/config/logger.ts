@@ -46,6 +46,8 @@ export function createLogger(level: Config['logLevel'], destination?: pino.Desti
   };
   if (destination !== undefined) return pino(options, destination);
   if (!process.stdout.isTTY) return pino(options);
-  // Synchronous, in this thread: nothing is lost when the process exits right after a line.
-  return pino(options, pretty({ sync: true, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' }));
+  // Synchronous, in this thread: nothing is lost when the process exits right after a line. The list of
+  // the migrations a first start applies (60-odd names) is in the JSON lines only: on a terminal its
+  // message sums it up (src/db/migrations.ts appliedSummary).
+  return pino(options, pretty({ sync: true, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,migrations' }));
 }

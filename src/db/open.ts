@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config/index.ts';
 import { connectDatabase, type DatabaseHandle } from './database.ts';
-import { applyMigrations, pendingMigrations } from './migrations.ts';
+import { appliedSummary, applyMigrations, pendingMigrations } from './migrations.ts';
 
 /**
  * Opening the service's database, for the service and for every one-shot
@@ -83,7 +83,7 @@ export async function openDatabase(config: Config, logger: Logger, maxConnection
     try {
       if (config.migrateOnStart && (await pendingMigrations(database.pool)).length > 0) {
         const applied = await migrate(server.url, logger);
-        if (applied.length > 0) logger.info({ migrations: applied }, 'applied database migrations');
+        if (applied.length > 0) logger.info({ migrations: applied }, `applied database migrations: ${appliedSummary(applied)}`);
       }
     } catch (error) {
       await database.close();

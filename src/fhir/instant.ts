@@ -32,3 +32,8 @@ export function isInstant(text: string): boolean {
 export function isStoredInstant(text: string): boolean {
   return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(text) && isInstant(text);
 }
+
+/** A Date as fhir.format_instant writes an instant (microseconds, UTC), so that the API writes every instant one way. */
+export function formatInstant(date: Date): string {
+  return date.toISOString().replace(/Z$/, '000Z');
+}

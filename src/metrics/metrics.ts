@@ -172,8 +172,9 @@ export type WebsocketCloseReason = (typeof websocketCloseReasons)[number];
  * its subscription not being sent; sending: its subscription claimed by a
  * worker; scheduled: a retry, due later), the age of the oldest waiting
  * event, graphile-worker's jobs by task and state (its public jobs view), the
- * age of the oldest waiting job by task, the subscriptions by status, and the
- * deactivations of the last day by subscription.
+ * age of the oldest waiting job by task, the subscriptions by status, and of
+ * the deactivations of the last day the flapping subscriptions and the most of
+ * one subscription.
  */
 function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   new Gauge({
@@ -251,19 +252,22 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
       for (const status of subscriptionStatuses) this.set({ status }, rows.find((row) => row.status === status)?.subscriptions ?? 0);
     },
   });
+  // Bounded series, never one per subscription: /metrics is read without a key, and a label per
+  // subscription would tell any scraper which exist (and grow without bound). `subscriptions list` names them.
   new Gauge({
-    name: 'fhir_webhooks_subscription_deactivations_last_day',
-    help: 'Times a subscription went to error in the last 24 hours, by subscription id; only subscriptions with one or more. Above 1: a flapping subscriber (its handshakes pass, its notifications fail)',
-    labelNames: ['subscription'],
+    name: 'fhir_webhooks_flapping_subscriptions',
+    help: 'Subscriptions that went to error more than once in the last 24 hours: flapping subscribers (their handshakes pass, their notifications fail)',
     registers,
     async collect() {
-      const { rows } = await sql<{ subscription: string; deactivations: number }>`
-        SELECT subscription_id::text AS subscription, count(*)::int AS deactivations
-        FROM webhook.deactivation_alerts
-        WHERE created_at > now() - interval '24 hours'
-        GROUP BY 1`.execute(db);
-      this.reset();
-      for (const row of rows) this.set({ subscription: row.subscription }, row.deactivations);
+      this.set((await deactivationsLastDay(db)).flapping);
+    },
+  });
+  new Gauge({
+    name: 'fhir_webhooks_subscription_deactivations_last_day_max',
+    help: 'The most times one subscription went to error in the last 24 hours (0 when none did)',
+    registers,
+    async collect() {
+      this.set((await deactivationsLastDay(db)).most);
     },
   });
   new Gauge({
@@ -279,4 +283,15 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
       for (const row of rows) this.set({ topic: row.topic, status: row.status }, row.subscriptions);
     },
   });
+}
+
+/** Of the last 24 hours' deactivations: the subscriptions with more than one, and the most of any one. */
+async function deactivationsLastDay(db: Db): Promise<{ flapping: number; most: number }> {
+  const { rows } = await sql<{ flapping: number; most: number }>`
+    SELECT count(*) FILTER (WHERE deactivations > 1)::int AS flapping, coalesce(max(deactivations), 0)::int AS most
+    FROM (SELECT count(*) AS deactivations
+          FROM webhook.deactivation_alerts
+          WHERE created_at > now() - interval '24 hours'
+          GROUP BY subscription_id) AS per_subscription`.execute(db);
+  return rows[0]!;
 }

@@ -1,7 +1,8 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { makeDataDir } from '../config/data-dir.ts';
 import { ConfigError, type Config } from '../config/index.ts';
 
 /**
@@ -34,7 +35,7 @@ export function createSecretBox(key: Buffer): SecretBox {
 export async function readOrCreateKeyFile(dataDir: string): Promise<Buffer> {
   const file = path.resolve(dataDir, 'secrets-encryption.key');
   if (existsSync(file)) return Buffer.from((await readFile(file, 'utf8')).trim(), 'base64');
-  await mkdir(path.dirname(file), { recursive: true, mode: 0o755 });
+  await makeDataDir(dataDir);
   const key = randomBytes(32);
   await writeFile(file, `${key.toString('base64')}\n`, { mode: 0o600 });
   return key;

@@ -34,7 +34,7 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
         extension: [{ url: 'http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket', valueUri: websocketUrl(serviceBase.replace(/\/fhir\/resources$/, '')) }],
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
-        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities([]) : storedResourceCapabilities(type))),
+        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities(serviceBase, []) : storedResourceCapabilities(type))),
         interaction: ['transaction', 'batch', 'history-system'].map((code) => ({ code })),
         searchParam: [
           { name: '_has', type: 'special', documentation: 'Reverse chaining, one level: _has:Type:reference:parameter=value (also in subscription criteria).' },
@@ -48,7 +48,7 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
   /** The statement with the topics active now on its Subscription entry. */
   const withTopics = (topics: string[]) => ({
     ...capabilityStatement,
-    rest: [{ ...server, resource: server!.resource.map((entry) => (entry.type === 'Subscription' ? subscriptionCapabilities(topics) : entry)) }],
+    rest: [{ ...server, resource: server!.resource.map((entry) => (entry.type === 'Subscription' ? subscriptionCapabilities(serviceBase, topics) : entry)) }],
   });
 
   app.get(
@@ -82,9 +82,10 @@ function storedResourceCapabilities(type: string) {
  * Subscriptions have their own endpoints (the spec's): create or switch off,
  * read, search; no update, delete or history. On topics too (the Backport
  * IG): each active topic is named by an extension, and $status and $events
- * are offered.
+ * are offered. The service's own operations ($resend, $reactivate,
+ * $rotate-secret) have canonical URLs under its base: no IG defines them.
  */
-function subscriptionCapabilities(topics: string[]) {
+function subscriptionCapabilities(serviceBase: string, topics: string[]) {
   return {
     ...(topics.length === 0 ? {} : { extension: topics.map((valueCanonical) => ({ url: backport.topicCanonical, valueCanonical })) }),
     type: 'Subscription',
@@ -104,6 +105,7 @@ function subscriptionCapabilities(topics: string[]) {
       { name: 'status', definition: backport.statusOperation },
       { name: 'events', definition: backport.eventsOperation },
       { name: 'get-ws-binding-token', definition: backport.getWsBindingTokenOperation },
+      ...['resend', 'reactivate', 'rotate-secret'].map((name) => ({ name, definition: `${serviceBase}/OperationDefinition/Subscription-${name}` })),
     ],
   };
 }

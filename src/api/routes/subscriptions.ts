@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyError, FastifyPluginAsync, FastifyRequest, FastifySchema, RouteHandlerMethod } from 'fastify';
 import type { Db } from '../../db/database.ts';
+import { formatInstant } from '../../fhir/instant.ts';
 import { FhirError } from '../../fhir/outcome.ts';
 import { formatParameters, parametersAsInput, type OperationInput } from '../../fhir/parameters.ts';
 import { splitQuery } from '../../search/query.ts';
@@ -327,8 +328,8 @@ export const subscriptionRoutes: FastifyPluginAsync<SubscriptionRoutesOptions> =
         resourceType: 'Parameters',
         parameter: [
           { name: 'subscription', valueReference: { reference: `Subscription/${rotation.subscriptionId}` } },
-          { name: 'rotatedAt', valueInstant: rotation.rotatedAt.toISOString() },
-          { name: 'previousSecretUntil', valueInstant: rotation.previousSecretUntil.toISOString() },
+          { name: 'rotatedAt', valueInstant: formatInstant(rotation.rotatedAt) },
+          { name: 'previousSecretUntil', valueInstant: formatInstant(rotation.previousSecretUntil) },
         ],
       });
     },

@@ -8,7 +8,10 @@ const chunk = 5_000;
  * delivery_log_cleanup: daily (graphile-worker's crontab), deletes the attempt
  * records and the settled events older than DELIVERY_LOG_RETENTION_DAYS, a
  * chunk at a time through their time indexes (pending events are never
- * deleted); the previous signing secrets whose rotation overlap has ended
+ * deleted); the deactivations older than it whose alert was told (sent,
+ * logged, or folded into a later e-mail: an untold one is never deleted, its
+ * e-mail still due), keeping a subscription's last e-mail while its
+ * ALERT_EMAIL_INTERVAL_SECONDS runs (the next one waits for its end); the previous signing secrets whose rotation overlap has ended
  * (they sign nothing any more: kept, they are a secret stored for no use);
  * the operators' reactivation requests left behind by a CLI that stopped
  * waiting (it deletes its own); and graphile-worker's queues left without
@@ -26,6 +29,13 @@ export async function deliveryLogCleanup(context: DispatchContext): Promise<void
   await deleteOld(() =>
     sql`DELETE FROM webhook.subscription_events WHERE id IN (
           SELECT id FROM webhook.subscription_events WHERE status <> 'pending' AND settled_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(context.db),
+  );
+  await deleteOld(() =>
+    sql`DELETE FROM webhook.deactivation_alerts WHERE id IN (
+          SELECT id FROM webhook.deactivation_alerts
+          WHERE handled_as IS NOT NULL AND created_at < now() - make_interval(days => ${days})
+            AND handled_at < now() - make_interval(secs => ${context.alertIntervalSeconds})
+          LIMIT ${chunk})`.execute(context.db),
   );
   await context.db
     .updateTable('webhook.subscriptions')
