@@ -32,7 +32,7 @@ describe('configuration from the environment', () => {
         secretRotationOverlapSeconds: 86_400,
         logRetentionDays: 30,
       },
-      websocket: { maxConnections: 1000, maxConnectionsPerKey: 20, idleTimeoutMs: 60_000, maxMessageBytes: 4096, sendBufferBytes: 4 * 1024 * 1024, bindingTokenSeconds: 300 },
+      websocket: { maxConnections: 1000, maxConnectionsPerKey: 20, idleTimeoutMs: 60_000, bindTimeoutMs: 5_000, maxUnboundPerAddress: 10, maxMessageBytes: 4096, sendBufferBytes: 4 * 1024 * 1024, bindingTokenSeconds: 300 },
       mail: { smtpUrl: undefined, from: 'webhooks@localhost', intervalSeconds: 3600 },
       oauth: undefined,
     });

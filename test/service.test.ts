@@ -5,13 +5,18 @@ import { ConfigError, loadConfig } from '../src/config/index.ts';
 import { connectDatabase } from '../src/db/database.ts';
 import { applyMigrations } from '../src/db/migrations.ts';
 import { startService } from '../src/service.ts';
+import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
+import { freePort } from './support/receiver.ts';
 
 let database: TestDatabase;
 beforeAll(async () => {
   database = await createTestDatabase();
 });
-afterAll(() => database.drop());
+afterAll(async () => {
+  await stopStartedCommands();
+  await database.drop();
+});
 
 const logger = pino({ level: 'silent' });
 
@@ -37,6 +42,26 @@ describe('starting the service on a shared database', () => {
     } finally {
       await service.close();
     }
+  });
+});
+
+describe('stopping the service', () => {
+  it('exits promptly after it logs stopped on SIGTERM (nothing holds the event loop)', { timeout: 60_000 }, async () => {
+    const service = startCommand(process.execPath, ['src/cli.ts', 'serve'], childEnvironment({
+      DATABASE_URL: database.url,
+      PORT: String(await freePort()),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      BOOTSTRAP_API_KEY: 'bootstrap-key-0123456789',
+      SECRETS_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64'),
+    }));
+    await service.waitFor(/Listening on/);
+    service.interrupt('SIGTERM');
+    await service.waitFor(/"msg":"stopped"/);
+    const stoppedAt = performance.now();
+    expect(await service.exited).toBe(0);
+    // The sender's 5 s grace timer once held the process that long after `stopped`.
+    expect(performance.now() - stoppedAt).toBeLessThan(2_000);
   });
 });
 

@@ -31,6 +31,8 @@ const limits: WebsocketLimits = {
   maxConnections: 12,
   maxConnectionsPerKey: 5,
   idleTimeoutMs: 60_000,
+  bindTimeoutMs: 5_000,
+  maxUnboundPerAddress: 10,
   maxMessageBytes: 1024,
   sendBufferBytes: 64 * 1024,
   bindingTokenSeconds: 300,
@@ -282,6 +284,40 @@ describe('a bound client', () => {
     expect(arrivals[1]! - arrivals[0]!).toBeGreaterThanOrEqual(period * 1000 - 1500);
   });
 
+  it("speaks Medplum's client: its ping is answered with a pong and the socket stays open; its unbind-from-token stops that token's frames", async () => {
+    const patient = 'Patient/medplum';
+    const { id } = await createWebsocketSubscription(patient);
+    const medplum = await connect();
+    const { token } = await bindingToken(id);
+    medplum.send(JSON.stringify({ type: 'bind-with-token', payload: { token } }));
+    await medplum.framesAfter(1);
+    // Bound to the same subscription: it shows when an event was sent.
+    const witness = await bound(id);
+    const kinds = () => medplum.frames.map((frame) => (frame.resourceType === 'Bundle' ? statusValue(frame, 'type') : frame));
+    const ping = JSON.stringify({ type: 'ping' });
+    medplum.send(ping);
+    await medplum.framesAfter(2);
+    await t.fhir('PUT', '/Encounter/medplum-1', encounter('medplum-1', patient));
+    await medplum.framesAfter(3);
+    expect(kinds()).toEqual(['handshake', { type: 'pong' }, 'event-notification']);
+
+    medplum.send(JSON.stringify({ type: 'unbind-from-token', payload: { token } }));
+    await waitFor(async () => {
+      const { rows } = await t.database.pool.query('SELECT count(*)::int AS bindings FROM webhook.websocket_bindings WHERE subscription_id = $1', [id]);
+      return rows[0].bindings === 1 ? true : undefined;
+    });
+    await t.fhir('PUT', '/Encounter/medplum-2', encounter('medplum-2', patient));
+    await witness.framesAfter(3);
+    // A ping after it: its pong comes after anything the server would have sent before.
+    medplum.send(ping);
+    await medplum.framesAfter(4);
+    expect(kinds()).toEqual(['handshake', { type: 'pong' }, 'event-notification', { type: 'pong' }]);
+    expect(await Promise.race([medplum.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 200))])).toBe('open');
+    // A token that bound nothing here unbinds nothing, and says so.
+    medplum.send(JSON.stringify({ type: 'unbind-from-token', payload: { token } }));
+    expect((await medplum.framesAfter(5))[4]).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ severity: 'information', details: { text: 'This token bound nothing on this connection: nothing was unbound' } }] });
+  });
+
   it('binds several subscriptions with one token (type level), and more with another token on the same connection', async () => {
     const [a, b, c] = [await createWebsocketSubscription('Patient/several-a'), await createWebsocketSubscription('Patient/several-b'), await createWebsocketSubscription('Patient/several-c')];
     const answer = (await t.fhir('GET', `/Subscription/$get-ws-binding-token?id=${a.id},${b.id}`)).json<Json>();
@@ -507,6 +543,31 @@ describe('limits', () => {
     const full = await connect();
     expect(await full.closed).toMatchObject({ code: 1013 });
     expect(full.frames[0]).toMatchObject({ issue: [{ details: { text: expect.stringContaining('the most WEBSOCKET_MAX_CONNECTIONS allows') } }] });
+  });
+
+  it('closes a connection that binds nothing within WEBSOCKET_BIND_TIMEOUT_SECONDS, and holds at most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS of them from one address', async () => {
+    const strictApp = await startTestApp({ listen: true, websocket: { ...limits, bindTimeoutMs: 1_000, maxUnboundPerAddress: 3 } });
+    try {
+      await addTopics(strictApp.database.db, [JSON.parse(readFileSync(new URL('../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+      const url = `${strictApp.baseUrl.replace(/^http/, 'ws')}/fhir/websocket`;
+      const started = performance.now();
+      const [binding, ...silent] = [await connect(url), await connect(url), await connect(url)];
+      const refused = await connect(url);
+      expect(await refused.closed).toMatchObject({ code: 1013 });
+      expect(refused.frames[0]).toMatchObject({ issue: [{ details: { text: expect.stringContaining('the most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS allows') } }] });
+      // One that binds is no longer counted: the address may open another.
+      const { id } = await createWebsocketSubscription('Patient/unbound-limit', {}, strictApp);
+      binding.send(`bind-with-token ${(await strictApp.fhir('GET', `/Subscription/${id}/$get-ws-binding-token`)).json<Json>().parameter[0].valueString}`);
+      await binding.framesAfter(1);
+      const another = await connect(url);
+      for (const client of [...silent, another]) {
+        expect(await client.closed).toEqual({ code: 1000, reason: 'Nothing bound within 1 s of connecting: send bind-with-token <token> at once' });
+      }
+      expect(performance.now() - started).toBeLessThan(5_000);
+      expect(await Promise.race([binding.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 200))])).toBe('open');
+    } finally {
+      await strictApp.close();
+    }
   });
 
   it('closes a client that binds nothing, or stops answering pings, within WEBSOCKET_IDLE_TIMEOUT', { timeout: 30_000 }, async () => {

@@ -24,7 +24,7 @@ import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { topicRoutes } from './routes/topics.ts';
-import { websocketRoutes } from './routes/websocket.ts';
+import { registerWebsocketRoutes } from './routes/websocket.ts';
 import { createWebsocketServer } from './websocket-server.ts';
 import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
 import { createCallContext } from '../dispatch/delivery.ts';
@@ -165,7 +165,7 @@ export async function buildApp({
     metrics: outbound.metrics,
     logger,
   });
-  await app.register(websocketRoutes, { server: websocketServer, maxMessageBytes: websocket.maxMessageBytes });
+  await registerWebsocketRoutes(app, { server: websocketServer, maxMessageBytes: websocket.maxMessageBytes });
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
   const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem, responseTimeoutMs };

@@ -13,7 +13,7 @@ import { keepWorkerPoolAlive, type Liveness } from '../dispatch/liveness.ts';
 import { notificationKeptSeconds, websocketNotificationsChannel } from '../dispatch/websocket.ts';
 import { operationOutcome } from '../fhir/outcome.ts';
 import type { Metrics, WebsocketCloseReason, WebsocketFrameType } from '../metrics/metrics.ts';
-import { redeemBindingToken, type BoundSubscription } from '../subscriptions/binding-tokens.ts';
+import { redeemBindingToken, tokenDigest, type BoundSubscription } from '../subscriptions/binding-tokens.ts';
 import { notificationBundle, statusParameters } from '../topics/notification.ts';
 
 /**
@@ -25,6 +25,15 @@ import { notificationBundle, statusParameters } from '../topics/notification.ts'
  * subscriptions numbered after it, as text frames, in number order. A
  * refusal (an unknown, used or expired token, a malformed message, a limit)
  * is an OperationOutcome frame, then the close: nothing else is sent.
+ *
+ * Medplum's client is understood too: its JSON bind, its keepalive
+ * `{"type":"ping"}` (answered `{"type":"pong"}`, as Medplum's server does)
+ * and `{"type":"unbind-from-token","payload":{"token":…}}`, which stops
+ * sending the subscriptions that token bound on this connection.
+ *
+ * A connection must bind within WEBSOCKET_BIND_TIMEOUT_SECONDS, and one
+ * address holds at most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS connections with
+ * nothing bound: a bind takes an API key's token, a connection nothing.
  */
 
 export type WebsocketServerOptions = {
@@ -58,6 +67,10 @@ type Client = {
   address: string;
   /** Since when it has had no subscription bound (undefined while it has some). */
   idleSince: number | undefined;
+  /** Closes it unless a bind came first: from its connection, WEBSOCKET_BIND_TIMEOUT_SECONDS. */
+  bindDeadline: NodeJS.Timeout | undefined;
+  /** The subscriptions each of its binds named, by its token's digest: what an unbind-from-token with that token ends. */
+  tokens: Map<string, string[]>;
   lastPongAt: number;
   /**
    * Its subscriptions, each with the key whose token bound it, and the event number of its
@@ -72,6 +85,9 @@ type Client = {
 
 /** A subscription some client of this server is bound to: the last notification read for it (undefined until the first bind has read where to start). */
 type Followed = { readUpTo: string | undefined; clients: Set<Client> };
+
+/** What answers a client's keepalive ping (Medplum's server's words). */
+const pong = JSON.stringify({ type: 'pong' });
 
 /** The longest close reason a close frame carries (125 bytes, less the code). */
 const maxCloseReasonBytes = 123;
@@ -193,8 +209,11 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
     send(client, frame.body, frame.type);
   };
 
-  /** Writes a frame, unless the client's unsent bytes already pass the bound: it does not read, and is cut off. */
-  const send = (client: Client, text: string, type: WebsocketFrameType) => {
+  /**
+   * Writes a frame, unless the client's unsent bytes already pass the bound: it does not read, and is cut off.
+   * A notification or refusal is counted by its type; a pong (no type) is not a notification.
+   */
+  const send = (client: Client, text: string, type: WebsocketFrameType | undefined) => {
     if (client.endedBy !== undefined || client.socket.readyState !== WebSocket.OPEN) return;
     if (client.socket.bufferedAmount > limits.sendBufferBytes) {
       logger.warn({ connection: client.id, address: client.address, bufferedBytes: client.socket.bufferedAmount }, 'cut off a websocket client that does not read its notifications');
@@ -203,7 +222,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
       return;
     }
     client.socket.send(text);
-    metrics.websocketFrameSent(type);
+    if (type !== undefined) metrics.websocketFrameSent(type);
   };
 
   const end = (client: Client, reason: WebsocketCloseReason) => {
@@ -264,6 +283,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
       for (const frame of waiting) deliver(client, subscription.id, frame);
       wake(subscription.id);
     }
+    client.tokens.set(tokenDigest(token), redeemed.subscriptions.map((subscription) => subscription.id));
     logger.info({ connection: client.id, address: client.address, subscriptions: redeemed.subscriptions.map((subscription) => subscription.id) }, 'websocket client bound');
   };
 
@@ -272,13 +292,35 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
     return notificationBundle(statusParameters(subject, 'handshake', lastEventNumber, []), subject, []);
   };
 
+  /** Medplum's unbind-from-token: the subscriptions that token bound on this connection are no longer sent to it (their events stay in the log). */
+  const unbind = async (client: Client, token: string) => {
+    const digest = tokenDigest(token);
+    const named = client.tokens.get(digest);
+    if (named === undefined) {
+      send(client, JSON.stringify(operationOutcome('informational', 'This token bound nothing on this connection: nothing was unbound', 'information')), 'error');
+      return;
+    }
+    client.tokens.delete(digest);
+    const subscriptions = named.filter((subscriptionId) => client.bound.has(subscriptionId));
+    for (const subscriptionId of subscriptions) unfollow(client, subscriptionId);
+    if (subscriptions.length > 0) await sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`.execute(db);
+    logger.info({ connection: client.id, address: client.address, subscriptions }, 'websocket client unbound');
+  };
+
   const handle = async (client: Client, data: Buffer, isBinary: boolean) => {
     if (client.endedBy !== undefined) return;
     if (closing) return refuse(client, 'shutdown', 1001, 'The service is stopping');
     if (isBinary) return refuse(client, 'malformed', 1003, 'Binary frames are not understood: send the text message bind-with-token <token>');
-    const token = bindingTokenIn(data.toString('utf8'));
-    if (token === undefined) return refuse(client, 'malformed', 1003, 'Unknown message: send bind-with-token <token>, with a token from $get-ws-binding-token');
-    await bind(client, token);
+    const message = clientMessageIn(data.toString('utf8'));
+    if (message === undefined) return refuse(client, 'malformed', 1003, 'Unknown message: send bind-with-token <token>, with a token from $get-ws-binding-token');
+    if (message.type === 'ping') {
+      client.lastPongAt = Date.now();
+      return send(client, pong, undefined);
+    }
+    if (message.type === 'unbind-from-token') return unbind(client, message.token);
+    // Sent in time: a bind that takes longer than the deadline is not cut off.
+    clearTimeout(client.bindDeadline);
+    await bind(client, message.token);
   };
 
   /** Bindings of subscriptions switched off, or of revoked keys: the client is told, and closed when nothing is left bound. */
@@ -315,6 +357,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
 
   const forget = (client: Client) => {
     if (!clients.delete(client)) return;
+    clearTimeout(client.bindDeadline);
     end(client, 'client');
     const subscriptions = [...client.bound.keys()];
     for (const subscriptionId of subscriptions) unfollow(client, subscriptionId);
@@ -341,15 +384,41 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
   }, Math.max(250, Math.floor(limits.idleTimeoutMs / 4)));
   idle.unref();
 
+  /** The clients of an address that have nothing bound (and are not being closed). */
+  const unboundFrom = (address: string) => {
+    let unbound = 0;
+    for (const client of clients) if (client.address === address && client.bound.size === 0 && client.endedBy === undefined) unbound += 1;
+    return unbound;
+  };
+
   return {
     accept(socket, clientAddress) {
-      const client: Client = { id: randomUUID(), socket, address: clientAddress, idleSince: Date.now(), lastPongAt: Date.now(), bound: new Map(), work: Promise.resolve(), endedBy: undefined };
+      const client: Client = {
+        id: randomUUID(),
+        socket,
+        address: clientAddress,
+        idleSince: Date.now(),
+        bindDeadline: undefined,
+        tokens: new Map(),
+        lastPongAt: Date.now(),
+        bound: new Map(),
+        work: Promise.resolve(),
+        endedBy: undefined,
+      };
       clients.add(client);
       bySocket.set(socket, client);
       socket.on('close', () => forget(client));
       socket.on('pong', () => (client.lastPongAt = Date.now()));
       if (closing) return refuse(client, 'shutdown', 1001, 'The service is stopping');
       if (clients.size > limits.maxConnections) return refuse(client, 'server-full', 1013, `This server holds ${limits.maxConnections} websocket clients, the most WEBSOCKET_MAX_CONNECTIONS allows: try again later`);
+      // Counted with this one: it has nothing bound yet.
+      if (unboundFrom(clientAddress) > limits.maxUnboundPerAddress) {
+        return refuse(client, 'server-full', 1013, `This address has ${limits.maxUnboundPerAddress} websocket connections with nothing bound, the most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS allows: bind them first`);
+      }
+      client.bindDeadline = setTimeout(() => {
+        refuse(client, 'idle', 1000, `Nothing bound within ${Math.round(limits.bindTimeoutMs / 1000)} s of connecting: send bind-with-token <token> at once`);
+      }, limits.bindTimeoutMs);
+      client.bindDeadline.unref();
       socket.on('message', (data: Buffer, isBinary: boolean) => {
         client.work = client.work
           .then(() => handle(client, data, isBinary))
@@ -385,16 +454,27 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
   };
 }
 
-/** The token of a bind message: `bind-with-token <token>`, or Medplum's JSON form `{"type":"bind-with-token","payload":{"token":"…"}}`. */
-export function bindingTokenIn(message: string): string | undefined {
+/** What a client may send: a bind, and Medplum's unbind and keepalive. */
+type ClientMessage = { type: 'bind-with-token' | 'unbind-from-token'; token: string } | { type: 'ping' };
+
+/**
+ * A client's message: `bind-with-token <token>`, or Medplum's JSON forms
+ * `{"type":"bind-with-token","payload":{"token":"…"}}`, `{"type":"unbind-from-token","payload":{"token":"…"}}`
+ * and `{"type":"ping"}`; undefined for anything else.
+ */
+export function clientMessageIn(message: string): ClientMessage | undefined {
   const text = /^bind-with-token[ :]\s*(\S+)\s*$/.exec(message.trim());
-  if (text !== null) return text[1];
+  if (text !== null) return { type: 'bind-with-token', token: text[1]! };
+  let json: { type?: unknown; payload?: { token?: unknown } } | null;
   try {
-    const json = JSON.parse(message) as { type?: unknown; payload?: { token?: unknown } };
-    return json.type === 'bind-with-token' && typeof json.payload?.token === 'string' && json.payload.token !== '' ? json.payload.token : undefined;
+    json = JSON.parse(message) as typeof json;
   } catch {
     return undefined;
   }
+  if (json?.type === 'ping') return { type: 'ping' };
+  if (json?.type !== 'bind-with-token' && json?.type !== 'unbind-from-token') return undefined;
+  const token = json.payload?.token;
+  return typeof token === 'string' && token !== '' ? { type: json.type, token } : undefined;
 }
 
 /** A close reason within the frame's 123 bytes. */

@@ -118,6 +118,11 @@ const environmentSchema = z.object({
   WEBSOCKET_MAX_CONNECTIONS: wholeNumber(1).default(1000),
   WEBSOCKET_MAX_CONNECTIONS_PER_KEY: wholeNumber(1).default(20),
   WEBSOCKET_IDLE_TIMEOUT_SECONDS: wholeNumber(2, 86_400).default(60),
+  // A connection that binds nothing holds a place of WEBSOCKET_MAX_CONNECTIONS at no cost (a bind takes an API key's
+  // token): it has a few seconds to bind, and one address holds at most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS of them, so
+  // that one client cannot take every place.
+  WEBSOCKET_BIND_TIMEOUT_SECONDS: wholeNumber(1, 300).default(5),
+  WEBSOCKET_MAX_UNBOUND_PER_ADDRESS: wholeNumber(1).default(10),
   WEBSOCKET_MAX_MESSAGE_BYTES: wholeNumber(64, 1024 * 1024).default(4096),
   WEBSOCKET_SEND_BUFFER_BYTES: wholeNumber(1024).default(4 * 1024 * 1024),
   WEBSOCKET_BINDING_TOKEN_SECONDS: wholeNumber(1, 86_400).default(300),
@@ -193,8 +198,12 @@ export type WebsocketLimits = Readonly<{
   maxConnections: number;
   /** Clients bound with one API key's tokens at most, across the API processes. */
   maxConnectionsPerKey: number;
-  /** A client that binds nothing, or does not answer pings, for this long is closed. */
+  /** A client left with nothing bound (it unbound it), or that does not answer pings, for this long is closed. */
   idleTimeoutMs: number;
+  /** A new client that has bound nothing this long after connecting is closed. */
+  bindTimeoutMs: number;
+  /** Clients with nothing bound from one remote address at most; past it a new one is closed. */
+  maxUnboundPerAddress: number;
   /** The longest message a client may send (a bind-with-token is about 100 bytes). */
   maxMessageBytes: number;
   /** Bytes waiting to be sent to one client past which it is cut off (a client that does not read). */
@@ -264,6 +273,8 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       maxConnections: env.WEBSOCKET_MAX_CONNECTIONS,
       maxConnectionsPerKey: env.WEBSOCKET_MAX_CONNECTIONS_PER_KEY,
       idleTimeoutMs: env.WEBSOCKET_IDLE_TIMEOUT_SECONDS * 1000,
+      bindTimeoutMs: env.WEBSOCKET_BIND_TIMEOUT_SECONDS * 1000,
+      maxUnboundPerAddress: env.WEBSOCKET_MAX_UNBOUND_PER_ADDRESS,
       maxMessageBytes: env.WEBSOCKET_MAX_MESSAGE_BYTES,
       sendBufferBytes: env.WEBSOCKET_SEND_BUFFER_BYTES,
       bindingTokenSeconds: env.WEBSOCKET_BINDING_TOKEN_SECONDS,

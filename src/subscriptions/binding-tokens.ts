@@ -21,7 +21,8 @@ import { isUuid, visibleTo, type Caller } from './store.ts';
 /** The most subscriptions one token binds: narrow with `id`. */
 export const maxSubscriptionsPerToken = 100;
 
-function sha256(token: string): string {
+/** What is stored of a token (and what a websocket client's unbind is matched by): its SHA-256, never the token. */
+export function tokenDigest(token: string): string {
   return createHash('sha256').update(token, 'utf8').digest('hex');
 }
 
@@ -41,7 +42,7 @@ export async function issueBindingToken(
   await db.deleteFrom('webhook.websocket_binding_tokens').where('expires_at', '<', sql<Date>`now() - interval '1 day'`).execute();
   await db
     .insertInto('webhook.websocket_binding_tokens')
-    .values({ token_sha256: sha256(token), api_key_id: caller.apiKeyId, subscription_ids: subscriptions, expires_at: expiresAt, used_at: null })
+    .values({ token_sha256: tokenDigest(token), api_key_id: caller.apiKeyId, subscription_ids: subscriptions, expires_at: expiresAt, used_at: null })
     .execute();
   return {
     resourceType: 'Parameters',
@@ -101,13 +102,13 @@ export async function redeemBindingToken(db: Db, token: string): Promise<Redeeme
       .innerJoin('webhook.api_keys as key', 'key.id', 'token.api_key_id')
       .select(['token.api_key_id', 'token.subscription_ids', 'token.used_at', 'key.scopes', 'key.revoked_at'])
       .select(sql<boolean>`token.expires_at <= now()`.as('expired'))
-      .where('token.token_sha256', '=', sha256(token))
+      .where('token.token_sha256', '=', tokenDigest(token))
       .forUpdate('token')
       .executeTakeFirst();
     if (row === undefined) return { refused: 'Unknown binding token: ask $get-ws-binding-token for one' };
     if (row.used_at !== null) return { refused: 'This binding token was used already: a token binds once; ask $get-ws-binding-token for another' };
     if (row.expired) return { refused: 'This binding token has expired: ask $get-ws-binding-token for another' };
-    await transaction.updateTable('webhook.websocket_binding_tokens').set({ used_at: sql<Date>`now()` }).where('token_sha256', '=', sha256(token)).execute();
+    await transaction.updateTable('webhook.websocket_binding_tokens').set({ used_at: sql<Date>`now()` }).where('token_sha256', '=', tokenDigest(token)).execute();
     if (row.revoked_at !== null) return { refused: 'The API key that asked for this token was revoked' };
     const caller: Caller = { apiKeyId: row.api_key_id, admin: row.scopes.includes('admin') };
     const rows = await visibleTo(

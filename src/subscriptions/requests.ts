@@ -342,7 +342,7 @@ export function isTopicCanonical(criteria: string): boolean {
   return /^(https?|urn):/i.test(criteria);
 }
 
-/** A heartbeat is a call and a recorded attempt: one a second per subscription would be a load of its own. */
+/** A heartbeat is claimed and recorded as an attempt (a call for rest-hook, a published notification for websocket), whatever the channel: one a second per subscription would be a load of its own. */
 export const minHeartbeatPeriodSeconds = 10;
 
 /** The most filters one subscription may set: each is evaluated on every write the topic fires on. */

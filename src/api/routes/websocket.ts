@@ -1,5 +1,5 @@
 import websocketPlugin from '@fastify/websocket';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { websocketPath } from '../../dispatch/channel.ts';
 import { FhirError } from '../../fhir/outcome.ts';
 import type { WebsocketServer } from '../websocket-server.ts';
@@ -15,8 +15,16 @@ export type WebsocketRoutesOptions = {
  * GET WEBSOCKET_PATH upgraded, without an API key (a browser's WebSocket
  * cannot send one): the client authenticates with its bind-with-token
  * message (src/api/websocket-server.ts).
+ *
+ * Registered on the app itself, not in a plugin of its own: Node hands every
+ * request that asks for an upgrade (to any route, with any Upgrade header) to
+ * the plugin's 'upgrade' listener and stops timing it out, and the plugin's
+ * hook that closes such a request's connection once it is answered must
+ * cover every route. Encapsulated, it covered this one only: a request to
+ * another route was answered and its connection kept open for ever, a body
+ * trickled past the request timeout.
  */
-export const websocketRoutes: FastifyPluginAsync<WebsocketRoutesOptions> = async (app, { server, maxMessageBytes }) => {
+export async function registerWebsocketRoutes(app: FastifyInstance, { server, maxMessageBytes }: WebsocketRoutesOptions): Promise<void> {
   await app.register(websocketPlugin, {
     options: { maxPayload: maxMessageBytes },
     // ws closes the connection itself (1009 for a message over maxPayload; a reset socket is gone).
@@ -37,4 +45,4 @@ export const websocketRoutes: FastifyPluginAsync<WebsocketRoutesOptions> = async
     },
     wsHandler: (socket, request) => server.accept(socket, request.ip),
   });
-};
+}

@@ -192,7 +192,8 @@ export function startEventSender(context: DispatchContext, { connectionString, c
       await loop;
       await listener.close();
       const finished = Promise.allSettled(working.values());
-      const timedOut = await Promise.race([finished.then(() => false), sleep(gracefulStopMs, true)]);
+      // Unref'd: once the calls have finished, the grace period's timer must not hold the process for its 5 s.
+      const timedOut = await Promise.race([finished.then(() => false), sleep(gracefulStopMs, true, { ref: false })]);
       if (timedOut) {
         shutdown.abort();
         await finished;
