@@ -104,7 +104,7 @@ describe('/metrics with no jobs at all', () => {
     cleanups.push(() => t.close());
     expect((await t.database.pool.query('SELECT count(*)::int AS jobs FROM graphile_worker.jobs')).rows).toEqual([{ jobs: 0 }]);
     const scraped = samples((await t.app.inject({ method: 'GET', url: '/metrics' })).body);
-    const tasks = ['subscription_handshake', 'subscription_reactivation', 'notification_delivery', 'deactivation_alert', 'delivery_log_cleanup'];
+    const tasks = ['subscription_handshake', 'subscription_reactivation', 'subscription_reactivation_request', 'notification_delivery', 'deactivation_alert', 'delivery_log_cleanup'];
     for (const task of tasks) {
       for (const state of ['waiting', 'scheduled', 'running']) expect(scraped.get(`fhir_webhooks_jobs{task="${task}",state="${state}"}`), `${task} ${state}`).toBe(0);
       expect(scraped.get(`fhir_webhooks_oldest_waiting_job_age_seconds{task="${task}"}`), task).toBe(0);
