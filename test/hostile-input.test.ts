@@ -124,28 +124,38 @@ describe('lengths', () => {
 });
 
 describe('bounds on what one request may hold', () => {
-  it('a body trickled byte by byte is cut off at the request timeout', async () => {
+  /**
+   * Sends `head` and the body's first byte to an app with a 500 ms request
+   * timeout, then a byte every 100 ms: what the server answered by the time it
+   * closed the connection, or undefined if it was still open after 5 s.
+   */
+  async function trickle(head: string): Promise<{ answer: string | undefined; elapsedMs: number }> {
     const app = await appWith({ requestTimeoutMs: 500 });
     const address = await app.listen({ port: 0, host: '127.0.0.1' });
     try {
-      const { port } = new URL(address);
-      const socket = connect(Number(port), '127.0.0.1');
+      const socket = connect(Number(new URL(address).port), '127.0.0.1');
       const started = performance.now();
       const closed = new Promise<string>((resolve) => {
         let answer = '';
         socket.on('data', (chunk) => (answer += chunk.toString()));
         socket.on('close', () => resolve(answer));
       });
-      socket.write(`POST /fhir/resources/Patient HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nContent-Type: application/fhir+json\r\nContent-Length: 1000\r\n\r\n{`);
-      const trickle = setInterval(() => socket.writable && socket.write(' '), 100);
-      const answer = await closed;
-      clearInterval(trickle);
-      expect(answer).toMatch(/^HTTP\/1.1 408/);
-      expect(answer).toContain('"resourceType":"OperationOutcome"');
-      expect(performance.now() - started).toBeLessThan(5_000);
+      socket.write(`${head}\r\n\r\n{`);
+      const bytes = setInterval(() => socket.writable && socket.write(' '), 100);
+      const answer = await Promise.race([closed, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 5_000))]);
+      clearInterval(bytes);
+      socket.destroy();
+      return { answer, elapsedMs: performance.now() - started };
     } finally {
       await app.close();
     }
+  }
+
+  it('a body trickled byte by byte is cut off at the request timeout', async () => {
+    const { answer } = await trickle(`POST /fhir/resources/Patient HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nContent-Type: application/fhir+json\r\nContent-Length: 1000`);
+    expect(answer, 'the connection is still open after 5 s').toBeDefined();
+    expect(answer).toMatch(/^HTTP\/1.1 408/);
+    expect(answer).toContain('"resourceType":"OperationOutcome"');
   });
 
   it.each([
@@ -156,30 +166,14 @@ describe('bounds on what one request may hold', () => {
     ['GET /healthz', 'Upgrade: websocket', 200],
     ['GET /console/api/subscriptions', 'Upgrade: websocket', 200],
   ])('%s asking for an upgrade (%s) is answered (%i) and its connection closed: a body trickled after it holds nothing', async (request, upgrade, status) => {
-    const app = await appWith({ requestTimeoutMs: 500 });
-    const address = await app.listen({ port: 0, host: '127.0.0.1' });
-    try {
-      const { port } = new URL(address);
-      const socket = connect(Number(port), '127.0.0.1');
-      const started = performance.now();
-      const closed = new Promise<string>((resolve) => {
-        let answer = '';
-        socket.on('data', (chunk) => (answer += chunk.toString()));
-        socket.on('close', () => resolve(answer));
-      });
-      // Node hands a request that asks for an upgrade to the 'upgrade' listener, and no longer times it out.
-      socket.write(`${request} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nConnection: Upgrade\r\n${upgrade}\r\nContent-Type: application/fhir+json\r\nContent-Length: 100000\r\n\r\n{`);
-      const trickle = setInterval(() => socket.writable && socket.write(' '), 100);
-      const answer = await Promise.race([closed, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 5_000))]);
-      clearInterval(trickle);
-      socket.destroy();
-      expect(answer, 'the connection is still open after 5 s').toBeDefined();
-      expect(answer).toMatch(new RegExp(`^HTTP/1.1 ${status} `));
-      if (status !== 200) expect(answer).toContain('"resourceType":"OperationOutcome"');
-      expect(performance.now() - started).toBeLessThan(5_000);
-    } finally {
-      await app.close();
-    }
+    // Node hands a request that asks for an upgrade to the 'upgrade' listener, and no longer times it out.
+    const { answer, elapsedMs } = await trickle(
+      `${request} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nConnection: Upgrade\r\n${upgrade}\r\nContent-Type: application/fhir+json\r\nContent-Length: 100000`,
+    );
+    expect(answer, 'the connection is still open after 5 s').toBeDefined();
+    expect(answer).toMatch(new RegExp(`^HTTP/1.1 ${status} `));
+    if (status !== 200) expect(answer).toContain('"resourceType":"OperationOutcome"');
+    expect(elapsedMs).toBeLessThan(5_000);
   });
 
   it('a query of 16,384 characters fits the request head; a head past 32 KiB is 431 with an OperationOutcome', async () => {
