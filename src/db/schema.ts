@@ -1,6 +1,4 @@
 import type { ColumnType, Generated } from 'kysely';
-import type { ChannelType } from '../dispatch/channel.ts';
-import type { PayloadContent } from '../topics/backport.ts';
 
 /** A FHIR resource as JSON. */
 export type FhirResource = { resourceType: string; id?: string; meta?: Record<string, unknown> } & Record<string, unknown>;
@@ -40,6 +38,14 @@ export type ApiKeyScope = 'read' | 'write' | 'admin';
 /** A subscription's states (the machine: src/subscriptions/state.ts). */
 export const subscriptionStatuses = ['requested', 'active', 'error', 'off'] as const;
 export type SubscriptionStatus = (typeof subscriptionStatuses)[number];
+
+/** How a subscription's notifications leave the service (src/dispatch/channel.ts): its channel_type. */
+export const channelTypes = ['rest-hook', 'websocket'] as const;
+export type ChannelType = (typeof channelTypes)[number];
+
+/** A topic-based subscription's payload level (the Backport IG's backport-payload-content): its payload_content. */
+export const payloadContents = ['empty', 'id-only', 'full-resource'] as const;
+export type PayloadContent = (typeof payloadContents)[number];
 
 export interface SubscriptionsTable {
   id: Generated<string>;

@@ -12,9 +12,6 @@ import type { CallResult } from './outbound.ts';
  * retryable or permanent, which the sender records and acts on.
  */
 
-export const channelTypes = ['rest-hook', 'websocket'] as const;
-export type ChannelType = (typeof channelTypes)[number];
-
 /** Where the API takes websocket clients, on its own port (src/api/routes/websocket.ts). */
 export const websocketPath = '/fhir/websocket';
 

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { DeliveryKind, SubscriptionStatus } from '../db/schema.ts';
-import type { PayloadContent } from '../topics/backport.ts';
+import type { PayloadContent } from '../db/schema.ts';
 import { visibleTo, type Caller } from '../subscriptions/store.ts';
 
 /**

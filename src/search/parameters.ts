@@ -26,6 +26,9 @@ export type CompositeParameter = {
   roots: { path: ElementPath; components: SimpleParameter[] }[];
 };
 
+/** A parameter's modifier as a query gives it (`:missing`, `:exact`, …), or a reference's target type (`:Patient`). */
+export type Modifier = 'missing' | 'not' | 'exact' | 'contains' | 'text' | 'above' | 'below' | { type: string };
+
 /** Why a defined parameter cannot be searched here. */
 export type UnsupportedParameter = { code: string; unsupported: string };
 

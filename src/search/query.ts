@@ -1,7 +1,7 @@
 import { elementTypes, isResourceType } from '../fhir/definitions.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
 import { stringProblem } from '../fhir/storable-text.ts';
-import { isSupported, searchParametersOf, type SearchParameter, type SimpleParameter } from './parameters.ts';
+import { isSupported, searchParametersOf, type Modifier, type SearchParameter, type SimpleParameter } from './parameters.ts';
 import { parseComposite, parseValue, splitUnescaped, type SearchValue } from './values.ts';
 
 /**
@@ -9,8 +9,6 @@ import { parseComposite, parseValue, splitUnescaped, type SearchValue } from './
  * parameters AND, comma-separated values OR, `\,` `\|` `\$` `\\` escapes.
  * Unknown parameters, modifiers and malformed values are refused, naming them.
  */
-
-export type Modifier = 'missing' | 'not' | 'exact' | 'contains' | 'text' | 'above' | 'below' | { type: string };
 
 export type Filter = {
   parameter: SearchParameter;

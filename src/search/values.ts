@@ -1,7 +1,6 @@
 import { isResourceType } from '../fhir/definitions.ts';
 import { badRequest } from '../fhir/outcome.ts';
-import type { CompositeParameter, SimpleParameter } from './parameters.ts';
-import type { Modifier } from './query.ts';
+import type { CompositeParameter, Modifier, SimpleParameter } from './parameters.ts';
 
 /**
  * One search value, parsed for its parameter's type. Dates become UTC

@@ -4,7 +4,7 @@ import type { Db } from '../db/database.ts';
 import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
 import { websocketUrl } from '../dispatch/channel.ts';
 import { notFound } from '../fhir/outcome.ts';
-import type { PayloadContent } from '../topics/backport.ts';
+import type { PayloadContent } from '../db/schema.ts';
 import { refusal } from './requests.ts';
 import { isUuid, visibleTo, type Caller } from './store.ts';
 

@@ -4,8 +4,8 @@ import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
 import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
 import { maxQueryLength } from '../search/query.ts';
-import { backport, payloadContents, type PayloadContent } from '../topics/backport.ts';
-import type { ChannelType } from '../dispatch/channel.ts';
+import { payloadContents, type ChannelType, type PayloadContent } from '../db/schema.ts';
+import { backport } from '../topics/backport.ts';
 
 /**
  * What a POST of a Subscription asks for, validated. Refusals use the spec's

@@ -4,7 +4,7 @@ import type { Db } from '../db/database.ts';
 import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
 import { notFound } from '../fhir/outcome.ts';
 import { formatParameters, type OperationInput } from '../fhir/parameters.ts';
-import { payloadContents, type PayloadContent } from '../topics/backport.ts';
+import { payloadContents, type PayloadContent } from '../db/schema.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
 import { numberMissedEvents } from '../dispatch/events/log.ts';

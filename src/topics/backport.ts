@@ -51,6 +51,3 @@ export const topicOnR4 = {
 
 /** The cross-version extension of R5's SubscriptionTopic.<element> (`resourceTrigger`, `version`, …). */
 export const topicElement = (element: string) => `http://hl7.org/fhir/5.0/StructureDefinition/extension-SubscriptionTopic.${element}`;
-
-export const payloadContents = ['empty', 'id-only', 'full-resource'] as const;
-export type PayloadContent = (typeof payloadContents)[number];

@@ -4,7 +4,8 @@ import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
 import { FhirError } from '../fhir/outcome.ts';
 import { resolveIncludes } from '../search/criteria.ts';
 import { includedResources } from '../search/search.ts';
-import { backport, type PayloadContent } from './backport.ts';
+import type { PayloadContent } from '../db/schema.ts';
+import { backport } from './backport.ts';
 import type { TopicShape } from './compile.ts';
 
 /**

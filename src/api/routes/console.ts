@@ -6,7 +6,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
 import { notFound } from '../../fhir/outcome.ts';
 import { findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
-import { payloadContents } from '../../topics/backport.ts';
+import { payloadContents } from '../../db/schema.ts';
 import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
 import { deliveryKinds } from '../../db/schema.ts';
