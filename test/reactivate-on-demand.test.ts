@@ -61,6 +61,28 @@ const backoffOf = async (id: string) =>
   ).rows[0]!;
 const holdEventsBack = (id: string) => t.database.pool.query(`UPDATE webhook.subscriptions SET reactivation_not_before = now() + interval '1 hour' WHERE id = $1`, [id]);
 
+/**
+ * A topic-based subscription (id-only) on the encounters of Patient/`patientId`, to `endpoint`, active;
+ * `finished` writes one of that patient's encounters as finished (an event for it).
+ */
+async function encountersOf(patientId: string, endpoint: Receiver): Promise<{ id: string; finished: (encounter: string) => Promise<unknown> }> {
+  const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+  const created = await t.fhir('POST', '/Subscription', {
+    resourceType: 'Subscription',
+    status: 'requested',
+    reason: 'Encounters that became finished',
+    criteria: 'http://example.org/topics/encounter-complete',
+    _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patientId}` }] },
+    channel: { type: 'rest-hook', endpoint: endpoint.url, payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] } },
+  });
+  expect(created.statusCode, created.body).toBe(201);
+  const { id } = created.json<{ id: string }>();
+  await untilStatus(t, id, 'active');
+  const finished = (encounter: string) =>
+    t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: `Patient/${patientId}` } });
+  return { id, finished };
+}
+
 /** A subscription on Patient?family=`family` put in error the usual way: active, then its receiver answered 503 to an event. The receiver still answers 503. */
 async function inError(family: string, options: { headers?: Record<string, string> } = {}): Promise<{ id: string; endpoint: Receiver }> {
   const endpoint = await receiver();
@@ -228,21 +250,8 @@ describe('POST /Subscription/{id}/$reactivate', () => {
   });
 
   it('a topic-based subscription: the handshake counts the events so far, the missed ones numbered; they are not sent, and $events serves them', async () => {
-    const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
     const endpoint = await receiver();
-    const created = await t.fhir('POST', '/Subscription', {
-      resourceType: 'Subscription',
-      status: 'requested',
-      reason: 'Encounters that became finished',
-      criteria: 'http://example.org/topics/encounter-complete',
-      _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: 'Encounter?patient=Patient/on-demand' }] },
-      channel: { type: 'rest-hook', endpoint: endpoint.url, payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] } },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
-    await untilStatus(t, id, 'active');
-    const finished = (encounter: string) =>
-      t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: 'Patient/on-demand' } });
+    const { id, finished } = await encountersOf('on-demand', endpoint);
     // Event 1 refused: in error.
     endpoint.answer = () => ({ status: 503 });
     await finished('on-demand-1');
@@ -322,24 +331,7 @@ describe('one reactivation handshake per subscription at a time (issue 33)', () 
   /** A topic-based subscription on encounters of `patient` put in error by a refused event; its receiver still answers 503. */
   async function topicInError(patientId: string): Promise<{ id: string; endpoint: Receiver; finished: (encounter: string) => Promise<unknown> }> {
     const endpoint = await receiver();
-    const created = await t.fhir('POST', '/Subscription', {
-      resourceType: 'Subscription',
-      status: 'requested',
-      reason: 'Encounters that became finished',
-      criteria: 'http://example.org/topics/encounter-complete',
-      _criteria: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: `Encounter?patient=Patient/${patientId}` }] },
-      channel: {
-        type: 'rest-hook',
-        endpoint: endpoint.url,
-        payload: 'application/fhir+json',
-        _payload: { extension: [{ url: 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/backport-payload-content', valueCode: 'id-only' }] },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
-    await untilStatus(t, id, 'active');
-    const finished = (encounter: string) =>
-      t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: `Patient/${patientId}` } });
+    const { id, finished } = await encountersOf(patientId, endpoint);
     endpoint.answer = () => ({ status: 503 });
     await finished(`${patientId}-0`);
     await untilStatus(t, id, 'error');
