@@ -287,14 +287,25 @@ describe('two worker processes on one database', () => {
         throw new Error(`${String(error)}\nfirst worker:\n${first.output()}\nsecond worker:\n${second.output()}`);
       });
     }
-    // Which senders claim subscriptions, sampled while they run.
-    const lockers = new Set<string>();
-    const sampler = setInterval(() => {
-      void t.database.pool
-        .query<{ claimed_by: string }>('SELECT DISTINCT claimed_by FROM webhook.subscription_streams WHERE claimed_by IS NOT NULL')
-        .then(({ rows }) => rows.forEach((row) => lockers.add(row.claimed_by)), () => undefined);
-    }, 20);
-    cleanups.push(async () => clearInterval(sampler));
+    // Both processes sending before the write: one still starting (slow on a loaded machine) would
+    // leave the other every subscription, not the share this test is about.
+    await waitFor(async () => {
+      const { rows } = await t.database.pool.query<{ senders: number }>(
+        `SELECT count(*)::int AS senders FROM webhook.worker_pools WHERE kind = 'event-sender' AND webhook.worker_pool_is_live(last_seen)`,
+      );
+      return rows[0]!.senders === 2 ? true : undefined;
+    }, 30_000, 'both processes sending');
+    // Which senders claim subscriptions: every claim recorded as it is made (a trigger), not sampled,
+    // so that a short claim between two samples is not missed (the test's database is its own).
+    await t.database.pool.query(`
+      CREATE TABLE public.claims_seen (claimed_by text NOT NULL, subscription_id uuid NOT NULL);
+      CREATE FUNCTION public.record_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO public.claims_seen VALUES (NEW.claimed_by, NEW.subscription_id);
+        RETURN NULL;
+      END $$;
+      CREATE TRIGGER record_claim AFTER UPDATE OF claimed_by ON webhook.subscription_streams
+        FOR EACH ROW WHEN (NEW.claimed_by IS NOT NULL) EXECUTE FUNCTION public.record_claim();`);
 
     const count = 1_000;
     const total = count * subscribers;
@@ -314,7 +325,6 @@ describe('two worker processes on one database', () => {
     expect(await first.exited).toEqual({ code: 0, signal: null });
 
     await waitFor(() => (deliveredCount() >= total ? true : undefined), 60_000, `${total} deliveries`);
-    clearInterval(sampler);
     console.log(
       `${total} deliveries by two processes in ${Math.round(performance.now() - started)} ms; at most ${Math.max(...maxInFlight)} in flight to one subscriber; ` +
         `${deliveredWhenFirstStopped} delivered when the first one stopped`,
@@ -325,7 +335,10 @@ describe('two worker processes on one database', () => {
 
     for (const ids of delivered) expect(notExactlyOnce(ids, bulkIds('multi', count))).toEqual({});
     expect(deliveredWhenFirstStopped).toBeLessThan(total);
-    expect(lockers.size).toBe(2);
+    const { rows: claimers } = await t.database.pool.query<{ claimed_by: string; claims: number }>(
+      'SELECT claimed_by, count(*)::int AS claims FROM public.claims_seen GROUP BY 1 ORDER BY 1',
+    );
+    expect(claimers.length, `the senders that claimed: ${JSON.stringify(claimers)}`).toBe(2);
     // One subscriber never has more than DELIVERY_PARALLEL_CALLS calls in flight, whatever the number of processes.
     for (const most of maxInFlight) expect(most).toBeLessThanOrEqual(loadConfig({}).delivery.parallelCalls);
     expect(Math.max(...maxInFlight)).toBeGreaterThan(1);
