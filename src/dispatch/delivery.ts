@@ -229,25 +229,6 @@ export function statusSubject(context: Pick<DispatchContext, 'baseUrl'>, target:
   return { serviceBase: `${context.baseUrl}/fhir/resources`, subscriptionId: target.id, topicUrl: topic.url, payloadContent: topic.payloadContent, status: target.status };
 }
 
-/** The longest Retry-After honoured: beyond it the configured delay applies. */
-const retryAfterCapSeconds = 600;
-
-/**
- * The delay before the attempt after `attempt` (1-based), or undefined when
- * that was the last one: an event (or a handshake) has DELIVERY_MAX_FAILURES
- * attempts, spaced by DELIVERY_RETRY_DELAYS_MS (its last delay repeating when
- * the list is shorter), each delay jittered by ±20% so that events failed
- * together are not retried together. A Retry-After wins, within its cap.
- */
-export function retryDelay(context: DispatchContext, attempt: number, result: CallResult): number | undefined {
-  const { maxFailures, retryDelaysMs } = context.delivery;
-  if (attempt >= maxFailures) return undefined;
-  const configured = retryDelaysMs[Math.min(attempt, retryDelaysMs.length) - 1]!;
-  const jittered = Math.round(configured * (0.8 + Math.random() * 0.4));
-  const retryAfter = result.retryAfterSeconds;
-  return retryAfter === undefined ? jittered : Math.max(jittered, Math.min(retryAfter, retryAfterCapSeconds) * 1000);
-}
-
 export type AttemptKind = DeliveryKind;
 export type AttemptOutcome = 'delivered' | 'retrying' | 'failed';
 

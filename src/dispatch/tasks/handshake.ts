@@ -1,5 +1,6 @@
 import { activate, failHandshake } from '../../subscriptions/state.ts';
-import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, retryDelay, type DispatchContext } from '../delivery.ts';
+import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
+import { retryDelay } from '../events/retry-delay.ts';
 import { enqueueJob, type JobPayload } from './jobs.ts';
 
 /**
@@ -11,7 +12,7 @@ export async function handshake(context: DispatchContext, { subscriptionId, atte
   const target = await loadTarget(context, subscriptionId);
   if (target?.status !== 'requested') return;
   const result = await call(context, target, { body: handshakeBundle(context, target), message: 'handshake', type: 'handshake', lastEventNumber: null }, signal);
-  const delay = result.verdict === 'retryable' ? retryDelay(context, attempt, result) : undefined;
+  const delay = result.verdict === 'retryable' ? retryDelay(context.delivery, attempt, result.retryAfterSeconds) : undefined;
   const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
   const record = await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {
