@@ -22,7 +22,7 @@ import {
   type TopicTarget,
 } from '../delivery.ts';
 import type { CallResult } from '../outbound.ts';
-import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
+import { eventKey, type VersionEvent } from '../../db/jobs.ts';
 import { nextCallAt, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
 
 /**

@@ -1,6 +1,6 @@
 import { activate, failHandshake } from '../../subscriptions/state.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, retryDelay, type DispatchContext } from '../delivery.ts';
-import { enqueueJob, type JobPayload } from './jobs.ts';
+import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 
 /**
  * subscription_handshake: the first call to a new subscription. 2xx makes it
