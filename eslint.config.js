@@ -44,4 +44,10 @@ export default tseslint.config(
     // Plain Node scripts (scripts/require-node.js runs on any Node, before the TypeScript sources).
     languageOptions: { ...tseslint.configs.disableTypeChecked.languageOptions, globals: { process: 'readonly', console: 'readonly' } },
   },
+  {
+    // dependency-cruiser's configuration, a CommonJS module as it expects.
+    files: ['.dependency-cruiser.cjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { ...tseslint.configs.disableTypeChecked.languageOptions, sourceType: 'commonjs', globals: { module: 'writable' } },
+  },
 );

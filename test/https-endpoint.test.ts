@@ -43,7 +43,8 @@ function startWorkerProcess(t: TestApp, extraCaCerts: string | undefined) {
       BASE_URL: baseUrl,
       WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
       MIGRATE_ON_START: 'false',
-      LOG_LEVEL: 'warn',
+      // info, for its "Workers running": a signal before it ends the process at once (exit 143), not in order.
+      LOG_LEVEL: 'info',
       DELIVERY_RETRY_DELAYS_MS: '200',
       DELIVERY_MAX_FAILURES: '1000',
     }),
@@ -72,6 +73,7 @@ describe('an https endpoint with a certificate from a private CA', () => {
     expect(refused).toMatchObject({ kind: 'handshake', outcome: 'retrying', http_status: null });
     expect(refused!.error).toMatch(/^UNABLE_TO_VERIFY_LEAF_SIGNATURE: unable to verify the first certificate/);
     expect(receiver.calls).toEqual([]);
+    await untrusting.waitFor(/Workers running/);
     untrusting.interrupt('SIGTERM');
     expect(await untrusting.exited).toBe(0);
 

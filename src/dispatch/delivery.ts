@@ -15,7 +15,7 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import { createTokenProvider, type TokenProvider } from './oauth.ts';
 import { OriginCalls } from './origin-calls.ts';
 import { createDeliveryAgent } from './ssrf.ts';
-import type { VersionEvent } from './tasks/jobs.ts';
+import type { VersionEvent } from '../db/jobs.ts';
 import type { Notification } from './channel.ts';
 import { restHook, type CallResult } from './outbound.ts';
 import { websocket } from './websocket.ts';
@@ -48,7 +48,7 @@ export type DispatchContext = {
 /**
  * What calling a subscriber needs, without the workers' job queue and mailer:
  * a worker's context, or the one an API or CLI process makes for an
- * operator's reactivation (src/subscriptions/reactivation.ts).
+ * operator's reactivation (src/dispatch/reactivation-on-request.ts).
  */
 export type CallContext = Omit<DispatchContext, 'workerUtils' | 'mailer' | 'alertIntervalSeconds' | 'logger'> & { logger: Pick<Logger, 'info' | 'warn'> };
 

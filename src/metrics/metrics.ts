@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/database.ts';
 import { deliveryKinds, subscriptionStatuses, type DeliveryKind } from '../db/schema.ts';
-import { jobPayloads } from '../dispatch/tasks/jobs.ts';
+import { jobPayloads } from '../db/jobs.ts';
 
 /**
  * The service's Prometheus metrics (prom-client), one registry per process.
@@ -25,7 +25,7 @@ const latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
  * The job gauges' label values, each given a sample (0) when no job has it: an
  * alert on a series (`fhir_webhooks_oldest_waiting_job_age_seconds > 300`)
  * must see 0, not nothing, when the queue is empty. The tasks are those of the
- * job contract (src/dispatch/tasks/jobs.ts).
+ * job contract (src/db/jobs.ts).
  */
 const jobTasks = Object.keys(jobPayloads);
 const jobStates = ['waiting', 'scheduled', 'running'] as const;

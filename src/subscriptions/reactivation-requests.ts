@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { ReactivationRequestOutcome } from '../db/schema.ts';
-import { enqueueJob } from '../dispatch/tasks/jobs.ts';
+import { enqueueJob } from '../db/jobs.ts';
 
 /**
  * The CLI's `subscriptions reactivate`: the operator asks the running service,

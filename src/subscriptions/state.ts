@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { enqueueJob } from '../dispatch/tasks/jobs.ts';
+import { enqueueJob } from '../db/jobs.ts';
 
 /**
  * The subscription state machine, as the dispatcher drives it. Each change is

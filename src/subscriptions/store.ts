@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
 import type { Db } from '../db/database.ts';
-import { enqueueJob } from '../dispatch/tasks/jobs.ts';
+import { enqueueJob } from '../db/jobs.ts';
 import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';

@@ -20,7 +20,7 @@ import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
 import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../schemas.ts';
 import { nothingToResend, resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
 import { refusal } from '../../subscriptions/requests.ts';
-import { reactivateOnRequest } from '../../subscriptions/reactivation.ts';
+import { reactivateOnRequest } from '../../dispatch/reactivation-on-request.ts';
 import { issueBindingToken, maxSubscriptionsPerToken } from '../../subscriptions/binding-tokens.ts';
 import { checkedOverlapSeconds, checkedSecret, rotateSigningSecret, type RotationRequest } from '../../subscriptions/rotation.ts';
 import type { CallContext } from '../../dispatch/delivery.ts';
@@ -30,7 +30,7 @@ export type SubscriptionRoutesOptions = {
   db: Db;
   serviceBase: string;
   context: SubscriptionContext;
-  /** How $reactivate calls the subscriber (src/subscriptions/reactivation.ts). */
+  /** How $reactivate calls the subscriber (src/dispatch/reactivation-on-request.ts). */
   calls: CallContext;
   /** How long a $get-ws-binding-token token may be used (WEBSOCKET_BINDING_TOKEN_SECONDS). */
   bindingTokenSeconds: number;

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../../db/database.ts';
 import type { DeliveryAttemptsTable } from '../../db/schema.ts';
-import type { VersionEvent } from '../tasks/jobs.ts';
+import type { VersionEvent } from '../../db/jobs.ts';
 
 /**
  * The subscription event log's contract (webhook.subscription_events and

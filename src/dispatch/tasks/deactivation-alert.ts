@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../../db/database.ts';
 import type { DispatchContext } from '../delivery.ts';
-import { enqueueJob } from './jobs.ts';
+import { enqueueJob } from '../../db/jobs.ts';
 
 /**
  * deactivation_alert: the e-mail to a deactivated subscription's contacts

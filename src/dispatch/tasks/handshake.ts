@@ -1,7 +1,7 @@
 import { activate, failHandshake } from '../../subscriptions/state.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
 import { retryDelay } from '../events/retry-delay.ts';
-import { enqueueJob, type JobPayload } from './jobs.ts';
+import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 
 /**
  * subscription_handshake: the first call to a new subscription. 2xx makes it

@@ -3,7 +3,7 @@ import type { DispatchContext } from '../delivery.ts';
 import { deactivationAlert } from './deactivation-alert.ts';
 import { deliveryLogCleanup } from './delivery-log-cleanup.ts';
 import { handshake } from './handshake.ts';
-import { taskFor } from './jobs.ts';
+import { taskFor } from '../../db/jobs.ts';
 import { legacyNotification } from './legacy-notification.ts';
 import { reactivation } from './reactivation.ts';
 import { reactivationRequest } from './reactivation-request.ts';
@@ -12,7 +12,7 @@ import { reactivationRequest } from './reactivation-request.ts';
  * The dispatcher's graphile-worker tasks, one file each. The database and the
  * state machine enqueue their jobs (a subscription's creation, the
  * notification trigger, a deactivation); each checks its payload against the
- * job contract (jobs.ts) first. Notifications are not among them: the event
+ * job contract (src/db/jobs.ts) first. Notifications are not among them: the event
  * sender delivers them from the subscription event log (../events/).
  */
 export function dispatchTasks(context: DispatchContext): TaskList {

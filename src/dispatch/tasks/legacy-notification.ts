@@ -1,6 +1,6 @@
 import type { DispatchContext } from '../delivery.ts';
 import { recordEvents } from '../events/log.ts';
-import type { LegacyNotification } from './jobs.ts';
+import type { LegacyNotification } from '../../db/jobs.ts';
 
 /**
  * notification_delivery: a notification job of the version before the

@@ -1,6 +1,6 @@
 import type { ReactivationRequestOutcome } from '../../db/schema.ts';
 import { FhirError } from '../../fhir/outcome.ts';
-import { reactivateOnRequest } from '../../subscriptions/reactivation.ts';
+import { reactivateOnRequest } from '../reactivation-on-request.ts';
 import type { DispatchContext } from '../delivery.ts';
 
 /**

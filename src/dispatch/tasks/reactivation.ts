@@ -4,7 +4,7 @@ import { claimReactivation, failReactivation, isSuperseded, reactivate, releaseR
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type CallContext, type DispatchContext, type Target } from '../delivery.ts';
 import { numberMissedEvents, recordEvents, reopenMissedEvent } from '../events/log.ts';
 import type { CallResult } from '../outbound.ts';
-import { eventKey, type ResourceEvent, type VersionEvent } from './jobs.ts';
+import { eventKey, type ResourceEvent, type VersionEvent } from '../../db/jobs.ts';
 
 /**
  * subscription_reactivation: the next matching event of a subscription in
@@ -46,7 +46,7 @@ export type ReactivationHandshake = {
 /**
  * The reactivation handshake of a subscription in error and the change it
  * makes, whoever asks: an event's job (above) or an operator
- * (src/subscriptions/reactivation.ts). One at a time per subscription: it
+ * (src/dispatch/reactivation-on-request.ts). One at a time per subscription: it
  * waits for another handshake in flight (claimReactivation, in any process),
  * and returns undefined, calling nothing, when the subscription is no longer
  * in error when its turn comes (that one reactivated it, or it was switched

@@ -43,7 +43,7 @@ describe('ClaimedBytes', () => {
     expect(bytes.shareFor(1)).toBeLessThanOrEqual(0);
   });
 
-  it("gives a next batch what is left, at most an even share of the bound or a quarter of what is left, whichever is more", () => {
+  it('gives a next batch what is left, at most an even share of the bound or a quarter of what is left, whichever is more', () => {
     const bytes = new ClaimedBytes(1_000);
     expect([1, 2, 4, 10, 0].map((sending) => bytes.shareFor(sending))).toEqual([1_000, 500, 250, 250, 1_000]);
     bytes.hold(800);

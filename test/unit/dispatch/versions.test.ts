@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { versionsOf, type Versions } from '../../../src/dispatch/events/delivery/versions.ts';
-import { eventKey } from '../../../src/dispatch/tasks/jobs.ts';
+import { eventKey } from '../../../src/db/jobs.ts';
 import { claimedEvent } from './claimed-events.ts';
 
 /** Each batch keeps only the versions of its own events (src/dispatch/events/delivery/versions.ts, versionsOf), the same objects. */

@@ -5,7 +5,7 @@ import { resolveIncludes } from '../../../search/criteria.ts';
 import { includedResources } from '../../../search/search.ts';
 import { describeEvents, eventNotification } from '../../../topics/notification.ts';
 import { statusSubject, type DispatchContext, type Target, type TopicTarget } from '../../delivery.ts';
-import { eventKey } from '../../tasks/jobs.ts';
+import { eventKey } from '../../../db/jobs.ts';
 import type { ClaimedEvent } from '../log.ts';
 import type { Versions } from './versions.ts';
 

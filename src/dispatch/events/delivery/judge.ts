@@ -1,6 +1,6 @@
 import { attemptRecord, type AttemptOutcome, type DispatchContext, type Target } from '../../delivery.ts';
 import type { CallResult } from '../../outbound.ts';
-import { eventKey } from '../../tasks/jobs.ts';
+import { eventKey } from '../../../db/jobs.ts';
 import type { AttemptRow, ClaimedEvent, EventOutcome } from '../log.ts';
 import { retryDelay, type RetrySchedule } from '../retry-delay.ts';
 import type { NotificationOfEvents } from './build.ts';

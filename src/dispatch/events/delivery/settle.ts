@@ -2,7 +2,7 @@ import type { Db } from '../../../db/database.ts';
 import { countRefusals, deactivate } from '../../../subscriptions/state.ts';
 import { countCalls, describeFailure, type DispatchContext, type Target } from '../../delivery.ts';
 import type { CallResult } from '../../outbound.ts';
-import type { VersionEvent } from '../../tasks/jobs.ts';
+import type { VersionEvent } from '../../../db/jobs.ts';
 import { settleClaim } from '../log.ts';
 import type { NotificationOfEvents } from './build.ts';
 import { withoutFailures, type Verdict } from './judge.ts';

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Db } from '../../../db/database.ts';
 import type { FhirResource } from '../../../db/schema.ts';
-import { eventKey, type VersionEvent } from '../../tasks/jobs.ts';
+import { eventKey, type VersionEvent } from '../../../db/jobs.ts';
 
 /** Resource versions by eventKey, as fhir.resource_history holds them. */
 export type Versions = Map<string, { content: FhirResource; lastUpdated: Date }>;

@@ -1,7 +1,7 @@
 import type { Task } from 'graphile-worker';
 import { sql } from 'kysely';
 import { z } from 'zod';
-import type { Db } from '../../db/database.ts';
+import type { Db } from './database.ts';
 
 /**
  * The job queue's contract: every graphile-worker job of the service, its task
@@ -90,7 +90,7 @@ export async function enqueueJob<Name extends JobName>(db: Db, task: Name, paylo
 export function taskFor<Name extends JobName>(task: Name, run: (payload: CheckedPayload<Name>, abortSignal: AbortSignal) => Promise<void>): Task {
   return async (payload, helpers) => {
     const checked = jobPayloads[task].safeParse(payload);
-    if (!checked.success) throw new Error(`${task}: the payload does not fit the job contract (src/dispatch/tasks/jobs.ts): ${z.prettifyError(checked.error)}`);
+    if (!checked.success) throw new Error(`${task}: the payload does not fit the job contract (src/db/jobs.ts): ${z.prettifyError(checked.error)}`);
     await run(checked.data as CheckedPayload<Name>, helpers.abortSignal);
   };
 }
