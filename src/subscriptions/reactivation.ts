@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../db/database.ts';
-import type { SubscriptionStatus } from '../db/schema.ts';
+import { isUuid, type SubscriptionStatus } from '../db/schema.ts';
 import { loadTarget, type CallContext } from '../dispatch/delivery.ts';
 import { reactivationHandshake } from '../dispatch/tasks/reactivation.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
 import { isSuperseded } from './state.ts';
-import { isUuid, visibleTo, type Caller } from './store.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
 
 /**
  * Reactivation on an operator's request: a subscription in `error` whose

@@ -14,14 +14,13 @@ import {
   countCalls,
   describeFailure,
   retryDelay,
-  ShutdownAbort,
   statusSubject,
   type AttemptOutcome,
   type DispatchContext,
   type Target,
   type TopicTarget,
 } from '../delivery.ts';
-import type { CallResult } from '../outbound.ts';
+import { ShutdownAbort, type CallResult } from '../../channels/channel.ts';
 import { eventKey, type VersionEvent } from '../tasks/jobs.ts';
 import { nextCallAt, settleClaim, type AttemptRow, type Claim, type ClaimedEvent, type EventOutcome } from './log.ts';
 
