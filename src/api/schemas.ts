@@ -59,7 +59,9 @@ export const bundle = z
   .describe('A FHIR Bundle');
 
 export const subscription = subscriptionResource
-  .describe(`A subscription (FHIR R4 Subscription, channel ${registeredChannels.map((channel) => channel.type).join(' or ')}): on a search criteria, or on a topic (Subscriptions R5 Backport IG)`)
+  .describe(
+    `A subscription (FHIR R4 Subscription, channel ${registeredChannels.map((channel) => channel.type).join(' or ')}): on a search criteria, or on a topic (Subscriptions R5 Backport IG)`,
+  )
   .meta(
     example({
       resourceType: 'Subscription',

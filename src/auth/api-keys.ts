@@ -22,7 +22,10 @@ export type Caller = { apiKeyId: string; admin: boolean };
  * The subscriptions a caller may see: all with the admin scope, else those
  * its key created. No caller is an operator (the CLI), who sees them all.
  */
-export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller | undefined): Query {
+export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(
+  query: Query,
+  caller: Caller | undefined,
+): Query {
   return caller === undefined || caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
 }
 

@@ -6,7 +6,9 @@ import { z } from 'zod';
  */
 
 /** A string element's refusal when it is missing or not a string. */
-export const required = (name: string) => ({ error: (issue: { input: unknown }) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) });
+export const required = (name: string) => ({
+  error: (issue: { input: unknown }) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`),
+});
 
 const acceptedPayloads = new Set(['application/fhir+json', 'application/json']);
 

@@ -146,7 +146,11 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
     // A channel that is not paced (a write to the database) has no calls to pace.
-    maxCallsPerSecond: !channelOf(row.channel_type).paced ? undefined : row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
+    maxCallsPerSecond: !channelOf(row.channel_type).paced
+      ? undefined
+      : row.max_calls_per_second === null
+        ? context.delivery.maxCallsPerSecond
+        : Number(row.max_calls_per_second),
     parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
   };

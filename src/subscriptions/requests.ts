@@ -108,7 +108,12 @@ const contact = z
   .object(
     {
       system: z.literal('email', {
-        error: (issue) => (issue.input === undefined ? 'contact.system is required' : typeof issue.input === 'string' ? 'Only contact system=email are supported.' : 'contact.system must be a string'),
+        error: (issue) =>
+          issue.input === undefined
+            ? 'contact.system is required'
+            : typeof issue.input === 'string'
+              ? 'Only contact system=email are supported.'
+              : 'contact.system must be a string',
       }),
       value: z.string(required('contact.value')),
     },
@@ -119,7 +124,10 @@ const contact = z
   });
 
 /** What a request's criteria, reason and contact are checked against, and what /docs says of them. */
-const criteriaField = z.string(required('criteria')).min(1, 'criteria is required').describe('A search (Patient?name=smith), or the canonical URL of a topic (docs/topics.md)');
+const criteriaField = z
+  .string(required('criteria'))
+  .min(1, 'criteria is required')
+  .describe('A search (Patient?name=smith), or the canonical URL of a topic (docs/topics.md)');
 const reasonField = z.string(required('reason')).min(1, 'reason is required');
 const contactField = z.array(contact, { error: 'contact must be an array' }).optional();
 

@@ -116,7 +116,7 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
 
 async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>, caller: Caller): Promise<Row> {
   const signingSecret = request.clientSecret ?? randomBytes(32).toString('base64url');
-  // Receivers that connect to the service have no endpoint to shake hands with: the subscription is active at once, and each gets its handshake as it connects.
+  // Receivers that connect to the service have no endpoint to shake hands with: active at once, each gets its handshake as it connects.
   const handshake = channelOf(request.channelType).receivers.at === 'endpoint';
   const { id } = await db
     .insertInto('webhook.subscriptions')

@@ -88,7 +88,10 @@ export const consolePage: FastifyPluginAsync = async (app) => {
   file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
 };
 
-/** The clients connected to the service for a subscription, oldest first (a websocket one's, bound to it); null for a channel whose receivers are at an endpoint. */
+/**
+ * The clients connected to the service for a subscription, oldest first (a websocket one's, bound to it);
+ * null for a channel whose receivers are at an endpoint.
+ */
 async function connectedClients(db: Db, id: string): Promise<z.infer<typeof websocketClient>[] | null> {
   const subscription = await db.selectFrom('webhook.subscriptions').select('channel_type').where('id', '=', id).executeTakeFirstOrThrow();
   const { receivers } = channelOf(subscription.channel_type);

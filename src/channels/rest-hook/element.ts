@@ -44,7 +44,10 @@ const headers = z
 
 export const restHookElement = z.object({
   type: z.literal('rest-hook'),
-  endpoint: z.string(required('channel.endpoint')).refine(isHttpUrl, 'channel.endpoint must be an absolute http or https URL').describe('Where the service POSTs its notifications'),
+  endpoint: z
+    .string(required('channel.endpoint'))
+    .refine(isHttpUrl, 'channel.endpoint must be an absolute http or https URL')
+    .describe('Where the service POSTs its notifications'),
   payload,
   header: headers.optional().describe('Sent with every call, each "Name: value"; a secret header signs the calls'),
 });

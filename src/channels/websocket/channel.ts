@@ -54,9 +54,13 @@ export const websocket: Channel = {
   // A websocket send is a write to the database, not a call to pace.
   paced: false,
   topicOnly: true,
+  // No endpoint (its clients connect to the service and bind with $get-ws-binding-token's token), no headers (nothing is
+  // called); the channel's extensions about calls to an endpoint are refused by the request (src/subscriptions/requests.ts).
   element: z.object({
     type: z.literal('websocket'),
-    endpoint: absent("channel.endpoint is for rest-hook: a websocket subscription's clients connect to the service (the websocket-url of $get-ws-binding-token)"),
+    endpoint: absent(
+      "channel.endpoint is for rest-hook: a websocket subscription's clients connect to the service (the websocket-url of $get-ws-binding-token)",
+    ),
     payload,
     header: absent('channel.header is sent with rest-hook calls; a websocket subscription has none (its clients authenticate with a binding token)'),
   }),

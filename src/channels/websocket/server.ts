@@ -125,7 +125,12 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
   const start = () =>
     (started ??= (async () => {
       const registration = await dispatch.register(serverId, keepBindingsTrue);
-      const listener = dispatch.listen(websocketNotificationsChannel, 'fhir-webhooks websocket listener', (subscriptionId) => wake(subscriptionId), () => closing);
+      const listener = dispatch.listen(
+        websocketNotificationsChannel,
+        'fhir-webhooks websocket listener',
+        (subscriptionId) => wake(subscriptionId),
+        () => closing,
+      );
       const poll = setInterval(() => {
         wake();
         void endEndedBindings();
