@@ -2,7 +2,7 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTokenProvider, TokenEndpointError, type OAuthConfig } from '../src/dispatch/oauth.ts';
+import { createTokenProvider, TokenEndpointError, type OAuthConfig } from '../src/channels/rest-hook/oauth.ts';
 
 const CLIENT_ID = 'webhook-dispatcher';
 const CLIENT_SECRET = 'client-secret-that-must-not-leak';

@@ -60,6 +60,18 @@ describe('the OpenAPI description', () => {
     expect(JSON.stringify(document.paths['/fhir/resources/{type}']!.get)).toContain('_lastUpdated');
   });
 
+  it("describes a Subscription's channel as its requests are checked: rest-hook with an endpoint, or websocket without one", () => {
+    type Schema = { properties?: Record<string, Schema>; required?: string[]; anyOf?: Schema[]; const?: unknown; enum?: unknown[]; not?: unknown };
+    const body = (document.paths['/fhir/resources/Subscription']!.post!.requestBody!.content['application/fhir+json'] as { schema: Schema }).schema;
+    const channels = body.properties!.channel!.anyOf!;
+    const ofType = (type: string) => channels.find((channel) => channel.properties!.type!.const === type || channel.properties!.type!.enum?.includes(type));
+    expect(ofType('rest-hook')?.required).toContain('endpoint');
+    expect(ofType('websocket')).toBeDefined();
+    expect(ofType('websocket')!.required).toEqual(['type']);
+    // Refused when given (JSON Schema's "must not be there").
+    expect(ofType('websocket')!.properties!.endpoint).toEqual({ not: {} });
+  });
+
   it('generates a typed client with openapi-typescript, against which right calls compile and wrong ones do not', { timeout: 60_000 }, async () => {
     writeFileSync(path.join(dir, 'api.d.ts'), astToString(await openapiTS(document as never)));
     writeFileSync(
@@ -81,7 +93,9 @@ export async function calls(): Promise<void> {
   const entries: number | undefined = found.data?.entry?.length;
   const patient = await client.POST('/fhir/resources/{type}', { params: { path: { type: 'Patient' } }, body: { resourceType: 'Patient', active: true } });
   const version: string | undefined = patient.data?.meta?.versionId;
-  // @ts-expect-error: a subscription's channel is rest-hook only
+  const topic = { resourceType: 'Subscription', status: 'requested', criteria: 'http://example.org/topics/encounter-finished', reason: 'r' } as const;
+  await client.POST('/fhir/resources/Subscription', { body: { ...topic, channel: { type: 'websocket', _payload: { extension: [{ url: 'x', valueCode: 'id-only' }] } } } });
+  // @ts-expect-error: a subscription's channel is one the service has (rest-hook or websocket)
   await client.POST('/fhir/resources/Subscription', { body: { resourceType: 'Subscription', status: 'requested', criteria: 'Patient', reason: 'r', channel: { type: 'email', endpoint: 'x' } } });
   // @ts-expect-error: no such route
   await client.GET('/fhir/resources/Subscription/{id}/_history', { params: { path: { id: 'x' } } });

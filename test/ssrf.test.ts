@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createDeliveryAgent, forbiddenAddressReason, ForbiddenAddressError } from '../src/dispatch/ssrf.ts';
+import { createDeliveryAgent, forbiddenAddressReason, ForbiddenAddressError } from '../src/channels/rest-hook/ssrf.ts';
 
 // Pure checks: no connection is opened to any of these addresses.
 describe('forbiddenAddressReason', () => {

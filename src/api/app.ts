@@ -25,9 +25,12 @@ import { searchRoutes } from './routes/search.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { topicRoutes } from './routes/topics.ts';
 import { registerWebsocketRoutes } from './routes/websocket.ts';
-import { createWebsocketServer } from './websocket-server.ts';
+import { createWebsocketServer } from '../channels/websocket/server.ts';
 import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
 import { createCallContext } from '../dispatch/delivery.ts';
+import { numberMissedEvents } from '../dispatch/events/log.ts';
+import { listenForEvents } from '../dispatch/events/sender.ts';
+import { keepWorkerPoolAlive } from '../dispatch/liveness.ts';
 import { createMetrics } from '../metrics/metrics.ts';
 
 export type AppOptions = {
@@ -158,12 +161,18 @@ export async function buildApp({
   // The websocket channel's clients: on the API's port, outside the API key's scope (a token binds them).
   const websocketServer = createWebsocketServer({
     db: database.db,
-    pool: database.pool,
-    listenConnectionString: database.directConnectionString ?? database.connectionString,
     baseUrl,
     limits: websocket,
     metrics: outbound.metrics,
     logger,
+    dispatch: {
+      // It beats on the pool the API queries through.
+      register: (serverId, beat) => keepWorkerPoolAlive(database.pool, { poolId: serverId, kind: 'websocket-server' }, beat, logger),
+      // The server itself (not a transaction-mode pooler): the LISTEN's own connection.
+      listen: (channel, applicationName, notified, stopping) =>
+        listenForEvents(database.directConnectionString ?? database.connectionString, notified, logger, stopping, { channel, applicationName }),
+      numberMissedEvents: (subscriptionId) => numberMissedEvents(database.db, subscriptionId),
+    },
   });
   await registerWebsocketRoutes(app, { server: websocketServer, maxMessageBytes: websocket.maxMessageBytes });
 

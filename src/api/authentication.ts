@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Caller } from '../subscriptions/store.ts';
+import type { Caller } from '../auth/api-keys.ts';
 import { findActiveApiKey, type ApiKeyIdentity, type ApiKeyScope } from '../auth/api-keys.ts';
 import type { Db } from '../db/database.ts';
 import { FhirError } from '../fhir/outcome.ts';

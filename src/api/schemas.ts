@@ -1,11 +1,14 @@
 import { z } from 'zod';
+import { registeredChannels } from '../channels/registry.ts';
+import { subscriptionResource } from '../subscriptions/requests.ts';
 
 /**
  * What the API's answers look like, for its OpenAPI description (/docs):
  * the FHIR shapes the routes send, with examples taken from the spec. They
  * document and never filter: FHIR resources carry any element, so answers are
  * serialized as they are (app.ts), not through these schemas. Requests are
- * validated by each route's own schemas.
+ * validated by each route's own schemas; a Subscription's schema is the one
+ * its requests are checked against (src/subscriptions/requests.ts).
  */
 
 const example = <T>(value: T) => ({ example: value });
@@ -55,31 +58,10 @@ export const bundle = z
   })
   .describe('A FHIR Bundle');
 
-const extension = z.looseObject({ url: z.string() }).describe('A FHIR extension: its url and one value[x]');
-const extensions = z.object({ extension: z.array(extension) });
-
-export const subscription = z
-  .looseObject({
-    resourceType: z.literal('Subscription'),
-    id: z.string().optional(),
-    meta: z.looseObject({ versionId: z.string(), lastUpdated: z.string(), tag: z.array(z.object({ system: z.string(), code: z.string() })) }).optional(),
-    status: z.enum(['requested', 'active', 'error', 'off']),
-    criteria: z.string().describe('A search (Patient?name=smith), or the canonical URL of a topic (docs/topics.md)'),
-    _criteria: extensions.optional().describe('On a topic: its filters, backport-filter-criteria extensions (valueString Encounter?patient=Patient/123)'),
-    reason: z.string(),
-    error: z.string().optional(),
-    end: z.string().optional(),
-    contact: z.array(z.object({ system: z.literal('email'), value: z.string() })).optional(),
-    channel: z.looseObject({
-      extension: z.array(extension).optional().describe('On a topic: backport-heartbeat-period, backport-timeout (seconds), backport-max-count'),
-      type: z.literal('rest-hook'),
-      endpoint: z.string(),
-      payload: z.string().optional(),
-      _payload: extensions.optional().describe('On a topic (required): backport-payload-content, valueCode empty, id-only or full-resource'),
-      header: z.array(z.string()).optional(),
-    }),
-  })
-  .describe('A webhook subscription (FHIR R4 Subscription, channel rest-hook): on a search criteria, or on a topic (Subscriptions R5 Backport IG)')
+export const subscription = subscriptionResource
+  .describe(
+    `A subscription (FHIR R4 Subscription, channel ${registeredChannels.map((channel) => channel.type).join(' or ')}): on a search criteria, or on a topic (Subscriptions R5 Backport IG)`,
+  )
   .meta(
     example({
       resourceType: 'Subscription',

@@ -12,6 +12,23 @@ export const apiKeyScopes: readonly ApiKeyScope[] = ['read', 'write', 'admin'];
  */
 export const clientScopes: readonly ApiKeyScope[] = ['read', 'write'];
 
+/**
+ * Who asks: an API key, and whether it may see and switch off every
+ * subscription (the admin scope) or only those it created.
+ */
+export type Caller = { apiKeyId: string; admin: boolean };
+
+/**
+ * The subscriptions a caller may see: all with the admin scope, else those
+ * its key created. No caller is an operator (the CLI), who sees them all.
+ */
+export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(
+  query: Query,
+  caller: Caller | undefined,
+): Query {
+  return caller === undefined || caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
+}
+
 export type ApiKeyInfo = { id: string; name: string; createdAt: Date; revokedAt: Date | null; scopes: ApiKeyScope[] };
 
 /** The key that authenticated a request: who it is and what it may do. */

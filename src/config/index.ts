@@ -187,7 +187,7 @@ export type Config = Readonly<{
     /** A subscription's contacts get at most one alert per this many seconds; 0: one per deactivation. */
     intervalSeconds: number;
   }>;
-  /** The websocket channel's limits (src/dispatch/websocket.ts). */
+  /** The websocket channel's limits (src/channels/websocket/channel.ts). */
   websocket: WebsocketLimits;
   /** Outbound OAuth 2.0 client credentials, when OAUTH_TOKEN_URL is set. */
   oauth: Readonly<{ tokenUrl: string; clientId: string; clientSecret: string; scope: string | undefined; audience: string | undefined }> | undefined;

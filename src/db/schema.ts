@@ -36,10 +36,15 @@ export interface ApiKeysTable {
 export type ApiKeyScope = 'read' | 'write' | 'admin';
 
 /** A subscription's states (the machine: src/subscriptions/state.ts). */
+/** Whether `text` could be an id of a row (a UUID): any other text names none, and is not sent to a uuid column. */
+export function isUuid(text: string): boolean {
+  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
+}
+
 export const subscriptionStatuses = ['requested', 'active', 'error', 'off'] as const;
 export type SubscriptionStatus = (typeof subscriptionStatuses)[number];
 
-/** How a subscription's notifications leave the service (src/dispatch/channel.ts): its channel_type. */
+/** How a subscription's notifications leave the service (src/channels/channel.ts): its channel_type. */
 export const channelTypes = ['rest-hook', 'websocket'] as const;
 export type ChannelType = (typeof channelTypes)[number];
 

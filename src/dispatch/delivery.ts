@@ -1,31 +1,27 @@
 import { randomUUID } from 'node:crypto';
 import type { WorkerUtils } from 'graphile-worker';
 import type { Logger } from 'pino';
-import type { Dispatcher } from 'undici';
 import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
 import type { ChannelType, DeliveryKind, PayloadContent } from '../db/schema.ts';
 import type { AlertMailer } from '../mail/alerts.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
-import { shownEndpoint, wholeEndpoint } from '../subscriptions/endpoints.ts';
+import { shownEndpoint, type CallResult, type Notification } from '../channels/channel.ts';
+import { channelOf } from '../channels/registry.ts';
+import { createRestHookCalls, type RestHookCalls } from '../channels/rest-hook/calls.ts';
+import { wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
 import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
-import { createTokenProvider, type TokenProvider } from './oauth.ts';
-import { OriginCalls } from './origin-calls.ts';
-import { createDeliveryAgent } from './ssrf.ts';
 import type { VersionEvent } from '../db/jobs.ts';
-import type { Notification } from './channel.ts';
-import { restHook, type CallResult } from './outbound.ts';
-import { websocket } from './websocket.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it, the
  * signed call, the retry schedule and the attempt record.
  */
 
-export type DispatchContext = {
+export type DispatchContext = RestHookCalls & {
   db: Db;
   /** graphile-worker's utilities on the workers' pool (its queue cleanup). */
   workerUtils: WorkerUtils;
@@ -33,11 +29,6 @@ export type DispatchContext = {
   baseUrl: string;
   namingSystem: string;
   delivery: Config['delivery'];
-  /** The SSRF-guarded HTTP/1.1 agent. */
-  dispatcher: Dispatcher;
-  /** The places for calls at each origin, given fairly among its subscriptions (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN). */
-  originCalls: OriginCalls;
-  tokens: TokenProvider | undefined;
   mailer: AlertMailer;
   /** ALERT_EMAIL_INTERVAL_SECONDS: at most one alert e-mail per subscription in this many seconds. */
   alertIntervalSeconds: number;
@@ -64,33 +55,22 @@ export type CallSettings = {
 };
 
 /**
- * What a process calls subscribers with: the SSRF-guarded agent, places per
- * origin and the OAuth client. The workers make theirs with it
+ * What a process calls subscribers with: the settings, and rest-hook's
+ * SSRF-guarded agent, places per origin and OAuth client
+ * (src/channels/rest-hook/calls.ts). The workers make theirs with it
  * (src/dispatch/worker.ts), and so do the processes that call a subscriber on
  * an operator's request (the API's and the CLI's $reactivate). close() ends
  * the agent's connections.
  */
 export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
-  const { delivery } = settings;
-  const dispatcher = createDeliveryAgent({
-    allowPrivateNetworks: delivery.allowPrivateNetworks,
-    connectTimeoutMs: delivery.connectTimeoutMs,
-    responseTimeoutMs: delivery.responseTimeoutMs,
-    maxConnectionsPerOrigin: delivery.maxConnectionsPerOrigin,
-  });
-  const context: CallContext = {
-    ...settings,
-    dispatcher,
-    originCalls: new OriginCalls(delivery.maxConnectionsPerOrigin),
-    tokens: oauth === undefined ? undefined : createTokenProvider(oauth),
-  };
-  return { context, close: () => dispatcher.close() };
+  const { calls, close } = createRestHookCalls(settings.delivery, oauth);
+  return { context: { ...settings, ...calls }, close };
 }
 
 /** A subscription as a task sees it: its secrets decrypted. */
 export type Target = {
   id: string;
-  /** How its notifications leave (src/dispatch/channel.ts). */
+  /** How its notifications leave (src/channels/registry.ts). */
   channel: ChannelType;
   status: 'requested' | 'active' | 'error' | 'off';
   criteria: string;
@@ -165,26 +145,27 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
         : { secret: context.box.open(row.previous_signing_secret_encrypted), until: row.previous_secret_until },
     compiled: row.compiled_criteria as CompiledCriteria,
     contactEmails: row.contact_emails,
-    // A websocket send is a write to the database, not a call to pace.
-    maxCallsPerSecond: row.channel_type === 'websocket' ? undefined : row.max_calls_per_second === null ? context.delivery.maxCallsPerSecond : Number(row.max_calls_per_second),
+    // A channel that is not paced (a write to the database) has no calls to pace.
+    maxCallsPerSecond: !channelOf(row.channel_type).paced
+      ? undefined
+      : row.max_calls_per_second === null
+        ? context.delivery.maxCallsPerSecond
+        : Number(row.max_calls_per_second),
     parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
   };
 }
 
-export { ShutdownAbort } from './channel.ts';
-
 /**
  * Sends a notification to the subscriber through its subscription's channel
- * (src/dispatch/channel.ts): rest-hook's signed POST to its endpoint, or
+ * (src/channels/registry.ts): rest-hook's signed POST to its endpoint, or
  * websocket's hand-over to the API processes holding its clients. Its
  * `message` says what it is ("handshake", "Patient/1/_history/2"): the same
  * for every retry. `signal` is the job's: a graceful shutdown that outlasts
  * graphile-worker's patience (5 s) aborts the send, and ShutdownAbort is thrown.
  */
 export async function call(context: CallContext, target: Target, notification: Notification, signal?: AbortSignal): Promise<CallResult> {
-  const channel = target.channel === 'websocket' ? websocket : restHook;
-  return channel.send(context, target, notification, signal);
+  return channelOf(target.channel).send(context, target, notification, signal);
 }
 
 /**

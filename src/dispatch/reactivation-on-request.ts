@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../db/database.ts';
-import type { SubscriptionStatus } from '../db/schema.ts';
+import { isUuid, type SubscriptionStatus } from '../db/schema.ts';
 import { loadTarget, type CallContext } from './delivery.ts';
 import { reactivationHandshake } from './tasks/reactivation.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
 import { isSuperseded } from '../subscriptions/state.ts';
-import { isUuid, visibleTo, type Caller } from '../subscriptions/store.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
 
 /**
  * Reactivation on an operator's request: a subscription in `error` whose

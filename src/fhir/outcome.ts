@@ -53,5 +53,10 @@ export class FhirError extends Error {
   }
 }
 
+/** The Subscription specification's refusal: 400, code `exception`, details.text `ValidationError: ['<message>']`. */
+export function refusal(message: string): FhirError {
+  return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
+}
+
 export const badRequest = (text: string, code: IssueCode = 'invalid') => new FhirError(400, code, text);
 export const notFound = (text: string) => new FhirError(404, 'not-found', text);

@@ -1,6 +1,6 @@
 import { createTransport } from 'nodemailer';
 import type { Logger } from 'pino';
-import { shownEndpoint } from '../subscriptions/endpoints.ts';
+import { shownEndpoint } from '../channels/channel.ts';
 
 /**
  * What the contacts of a subscription that delivery failures moved to `error`

@@ -76,7 +76,7 @@ export function createMetrics(database?: Db) {
     help: 'Requests to the OAuth token endpoint that gave no token (the call is not made and counts as a retryable failure)',
     registers,
   });
-  // The websocket channel's clients (src/dispatch/websocket.ts), in this process: an API process holds its own.
+  // The websocket channel's clients (src/channels/websocket/channel.ts), in this process: an API process holds its own.
   const websocketCounts: (() => { bound: number; unbound: number })[] = [];
   new Gauge({
     name: 'fhir_webhooks_websocket_connections',

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import type { DeliveryKind, SubscriptionStatus } from '../db/schema.ts';
 import type { PayloadContent } from '../db/schema.ts';
-import { visibleTo, type Caller } from '../subscriptions/store.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
 
 /**
  * What the people who run the service look at: the subscriptions with their

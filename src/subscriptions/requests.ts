@@ -1,10 +1,14 @@
 import { z } from 'zod';
 import { isResourceType } from '../fhir/definitions.ts';
-import { FhirError, type OperationOutcome } from '../fhir/outcome.ts';
+import { FhirError, refusal, type OperationOutcome } from '../fhir/outcome.ts';
 import { unstorableString } from '../fhir/storable-text.ts';
 import { compileCriteria, type CompiledCriteria } from '../search/criteria.ts';
 import { maxQueryLength } from '../search/query.ts';
-import { payloadContents, type ChannelType, type PayloadContent } from '../db/schema.ts';
+import { payloadContents, subscriptionStatuses, type ChannelType, type PayloadContent } from '../db/schema.ts';
+import type { ChannelElement } from '../channels/channel.ts';
+import { required } from '../channels/element.ts';
+import { channelNamed, registeredChannels } from '../channels/registry.ts';
+import { secretHeaderValues } from '../channels/rest-hook/element.ts';
 import { backport } from '../topics/backport.ts';
 
 /**
@@ -35,10 +39,10 @@ export type TopicCriteria = {
 /** Where and how the service calls the subscriber, whatever the subscription is on. */
 type Channel = {
   reason: string;
-  /** rest-hook; websocket only on a topic. */
+  /** A registered channel's (src/channels/registry.ts); one only a topic may use, on a topic. */
   channelType: ChannelType;
-  /** A rest-hook subscription's endpoint; undefined for a websocket one (its clients connect to the service). */
-  endpoint: string | undefined;
+  /** The subscriber's endpoint; for a channel whose receivers connect to the service, the URL they connect to. */
+  endpoint: string;
   payload: string | undefined;
   /** channel.header as sent, each `Name: value`. */
   headers: string[];
@@ -89,10 +93,6 @@ export function parallelCallsExtension(baseUrl: string): string {
  */
 export const maxParallelCalls = 100;
 
-export function refusal(message: string): FhirError {
-  return new FhirError(400, 'exception', `ValidationError: ['${message}']`);
-}
-
 /** A refusal's own words, without the spec's wrapping (which is for HTTP clients): what a terminal shows. */
 export function refusalReason(error: FhirError): string {
   return /^ValidationError: \['(.*)'\]$/s.exec(error.message)?.[1] ?? error.message;
@@ -104,134 +104,62 @@ export function asRefusal(outcome: OperationOutcome): OperationOutcome {
   return text.startsWith("ValidationError: ['") ? outcome : refusal(text).outcome;
 }
 
-/** `Name: value`, split on the first colon only: values may contain colons (and, to be refused by name, line breaks). */
-const headerPattern = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(\S.*)$/s;
-/** Headers the service sets itself; a client value would break signature checks. */
-const serviceHeaders = new Set(['content-type', 'x-hub-signature', 'x-hub-signature-next', 'webhook-id', 'webhook-timestamp', 'webhook-signature']);
-/** Headers about the connection or the message's framing, which the HTTP client owns: a value from a client could never be sent as given. */
-const transportHeaders = new Set([
-  'content-length',
-  'transfer-encoding',
-  'host',
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'upgrade',
-  'expect',
-]);
-/** What one subscription may ask to be sent with every call. */
-const maxHeaders = 50;
-const maxHeaderLength = 4096;
-/** A header value is Latin-1 text without control characters (a tab aside): what HTTP can carry. */
-const headerValuePattern = /^[\t\x20-\x7e\x80-\xff]*$/;
-const acceptedPayloads = new Set(['application/fhir+json', 'application/json']);
-
-const required = (name: string) => ({ error: (issue: { input: unknown }) => (issue.input === undefined ? `${name} is required` : `${name} must be a string`) });
-
-/**
- * channel.header: items that can be sent as given. A refusal names the item
- * by its position and its header name, never its value, which may be a secret.
- */
-const headers = z
-  .array(z.string({ error: 'channel.header items must be strings of the form "Name: value"' }), { error: 'channel.header must be an array of strings' })
-  .max(maxHeaders, `channel.header has more than ${maxHeaders} items`)
-  .superRefine((items, context) => {
-    items.forEach((item, index) => {
-      const problem = headerProblem(item);
-      if (problem !== undefined) context.addIssue({ code: 'custom', message: `channel.header item ${index + 1} ${problem}` });
-    });
+const contact = z
+  .object(
+    {
+      system: z.literal('email', {
+        error: (issue) =>
+          issue.input === undefined
+            ? 'contact.system is required'
+            : typeof issue.input === 'string'
+              ? 'Only contact system=email are supported.'
+              : 'contact.system must be a string',
+      }),
+      value: z.string(required('contact.value')),
+    },
+    { error: 'contact items must be objects with system and value' },
+  )
+  .superRefine(({ value }, context) => {
+    if (!z.email().safeParse(value).success) context.addIssue({ code: 'custom', message: `The contact email "${value}" is invalid.` });
   });
 
-function headerProblem(item: string): string | undefined {
-  if (item.length > maxHeaderLength) return `is longer than ${maxHeaderLength} characters`;
-  const match = headerPattern.exec(item);
-  if (!match) return 'is not of the form "Name: value"';
-  const name = match[1]!;
-  if (serviceHeaders.has(name.toLowerCase())) return `(${name}) is set by the service, and a client value would break signature checks`;
-  if (transportHeaders.has(name.toLowerCase())) return `(${name}) is about the connection, which the service's HTTP client manages`;
-  if (!headerValuePattern.test(match[2]!)) return `(${name}) has a value HTTP cannot carry (control characters, or characters beyond Latin-1)`;
-  return undefined;
-}
+/** What a request's criteria, reason and contact are checked against, and what /docs says of them. */
+const criteriaField = z
+  .string(required('criteria'))
+  .min(1, 'criteria is required')
+  .describe('A search (Patient?name=smith), or the canonical URL of a topic (docs/topics.md)');
+const reasonField = z.string(required('reason')).min(1, 'reason is required');
+const contactField = z.array(contact, { error: 'contact must be an array' }).optional();
 
-/** A channel.header item's name as written, or undefined when it is not `Name: value`. */
-export function headerName(item: string): string | undefined {
-  return headerPattern.exec(item)?.[1];
-}
+const extension = z.looseObject({ url: z.string() }).describe('A FHIR extension: its url and one value[x]');
+const extensions = z.object({ extension: z.array(extension) });
 
 /**
- * Why `value` cannot be a signing secret given on its own (a rotation's new
- * secret), or undefined when it can: what the value of a `secret` header may
- * be when a subscription is created, and whole (white space around it would
- * be lost from the header that carries it). It never names the value.
+ * A Subscription as the service takes and shows it, for /docs
+ * (src/api/schemas.ts): the fields a request is checked against (its channel
+ * any registered channel's element, with the Backport IG's extensions, which
+ * the request reads itself), and those the service sets.
  */
-export function secretValueProblem(value: string): string | undefined {
-  const longest = maxHeaderLength - 'secret: '.length;
-  if (value === '') return 'is empty';
-  if (value.length > longest) return `is longer than ${longest} characters`;
-  if (!headerValuePattern.test(value)) return 'has characters HTTP cannot carry (control characters, or characters beyond Latin-1)';
-  if (/^[ \t]|[ \t]$/.test(value)) return 'begins or ends with white space, which the secret header would lose';
-  return undefined;
-}
-
-const contact = z.object(
-  {
-    system: z.string(required('contact.system')).refine((system) => system === 'email', 'Only contact system=email are supported.'),
-    value: z.string(required('contact.value')),
-  },
-  { error: 'contact items must be objects with system and value' },
-).superRefine(({ system, value }, context) => {
-  if (system === 'email' && !z.email().safeParse(value).success) {
-    context.addIssue({ code: 'custom', message: `The contact email "${value}" is invalid.` });
-  }
-});
-
-const createSchema = z.object({
-  criteria: z.string(required('criteria')).min(1, 'criteria is required'),
-  reason: z.string(required('reason')).min(1, 'reason is required'),
-  channel: z.object(
-    {
-      type: z.string(required('channel.type')).refine((type) => type === 'rest-hook', 'Only channel=rest-hook subscriptions are supported'),
-      endpoint: z.string(required('channel.endpoint')).refine(isHttpUrl, 'channel.endpoint must be an absolute http or https URL'),
-      payload: z.string().refine((payload) => acceptedPayloads.has(payload), 'channel.payload must be application/fhir+json').optional(),
-      header: headers.optional(),
-    },
-    { error: 'channel is required' },
+export const subscriptionResource = z.looseObject({
+  resourceType: z.literal('Subscription'),
+  id: z.string().optional(),
+  meta: z.looseObject({ versionId: z.string(), lastUpdated: z.string(), tag: z.array(z.object({ system: z.string(), code: z.string() })) }).optional(),
+  status: z.enum(subscriptionStatuses),
+  criteria: criteriaField,
+  _criteria: extensions.optional().describe('On a topic: its filters, backport-filter-criteria extensions (valueString Encounter?patient=Patient/123)'),
+  reason: reasonField,
+  error: z.string().optional(),
+  end: z.string().optional(),
+  contact: contactField,
+  channel: z.union(
+    registeredChannels.map((channel) =>
+      channel.element.extend({
+        extension: z.array(extension).optional().describe('On a topic: backport-heartbeat-period, backport-timeout (seconds), backport-max-count'),
+        _payload: extensions.optional().describe('On a topic (required): backport-payload-content, valueCode empty, id-only or full-resource'),
+      }).loose(),
+    ),
   ),
-  contact: z.array(contact, { error: 'contact must be an array' }).optional(),
 });
-
-/** An element that must not be given: `message` says why. */
-const absent = (message: string) => z.unknown().refine(() => false, message).optional();
-
-/**
- * A topic-based subscription's websocket channel (Backport IG): no endpoint
- * (its clients connect to the service and bind with $get-ws-binding-token's
- * token), no headers (nothing is called). What concerns only calls to an
- * endpoint is refused by name below (parseWebsocketChannel).
- */
-const websocketSchema = z.object({
-  criteria: z.string(),
-  reason: z.string(required('reason')).min(1, 'reason is required'),
-  channel: z.object({
-    type: z.literal('websocket'),
-    endpoint: absent("channel.endpoint is for rest-hook: a websocket subscription's clients connect to the service (the websocket-url of $get-ws-binding-token)"),
-    payload: z.string().refine((payload) => acceptedPayloads.has(payload), 'channel.payload must be application/fhir+json').optional(),
-    header: absent('channel.header is sent with rest-hook calls; a websocket subscription has none (its clients authenticate with a binding token)'),
-  }),
-  contact: z.array(contact, { error: 'contact must be an array' }).optional(),
-});
-
-function isHttpUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
-  } catch {
-    return false;
-  }
-}
 
 /**
  * Criteria longer than a search's whole query are refused: the search parser
@@ -263,29 +191,32 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
 
   if (resource.status === 'off') return { status: 'off', criteria, filterCriteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
-  // A classic subscription keeps the specification's refusal of any channel but rest-hook (createSchema).
-  if (onTopic && (resource.channel as { type?: unknown } | undefined)?.type === 'websocket') return parseWebsocketSubscription(resource, criteria, filterCriteria!, limits);
-
-  const parsed = createSchema.safeParse(resource);
+  const named = channelNamed((resource.channel as { type?: unknown } | undefined)?.type);
+  // A classic subscription keeps the specification's channels (unusableChannel refuses the others).
+  const channel = named !== undefined && (onTopic || !named.topicOnly) ? named : undefined;
+  const parsed = requestSchema(channel?.element ?? unusableChannel).safeParse(resource);
   if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
-  const { reason, channel, contact: contacts = [] } = parsed.data;
+  const { reason, contact: contacts = [] } = parsed.data;
+  const element = parsed.data.channel as ChannelElement;
+  // unusableChannel refused the channels the subscription may not use.
+  const { type, receivers } = channel!;
 
-  const headers = channel.header ?? [];
-  const secrets = headers.map((item) => headerPattern.exec(item)!).filter((match) => match[1]!.toLowerCase() === 'secret');
+  const headers = element.header ?? [];
+  const secrets = secretHeaderValues(headers);
   if (secrets.length > 1) throw refusal('channel.header has more than one secret header');
   const channelExtensions = extensionsAt('channel', resource.channel);
   const common = {
     status: 'requested' as const,
     criteria,
     reason,
-    channelType: 'rest-hook' as const,
-    endpoint: channel.endpoint,
-    payload: channel.payload,
+    channelType: type,
+    // The element requires an endpoint of a channel whose receivers are at one.
+    endpoint: receivers.at === 'service' ? receivers.url(limits.baseUrl) : element.endpoint!,
+    payload: element.payload,
     headers,
-    clientSecret: secrets[0]?.[2],
+    clientSecret: secrets[0],
     contactEmails: contacts.map((item) => item.value),
-    maxCallsPerSecond: parseMaxCallsPerSecond(channelExtensions, limits.baseUrl),
-    parallelCalls: parseParallelCalls(channelExtensions, limits.baseUrl),
+    ...(receivers.at === 'endpoint' ? callSettings(channelExtensions, limits) : refuseCallSettings(type, channelExtensions, limits)),
   };
   if (onTopic) {
     const payloadExtensions = extensionsAt('channel._payload', (resource.channel as { _payload?: unknown })._payload);
@@ -298,39 +229,43 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
 }
 
 /**
- * A topic-based subscription with channel.type websocket: the topic's
- * channel settings that still mean something without calls (payload content,
- * heartbeat period, max count); those about calls to an endpoint refused.
+ * A request's fields, its channel checked against the element of the channel
+ * it names (src/channels/): what /docs describes of them too.
  */
-function parseWebsocketSubscription(resource: Record<string, unknown>, criteria: string, filterCriteria: string[], limits: RequestLimits): SubscriptionRequest {
-  const parsed = websocketSchema.safeParse(resource);
-  if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
-  const channelExtensions = extensionsAt('channel', resource.channel);
-  const callSettings = [
+function requestSchema(element: z.ZodObject) {
+  return z.object({ criteria: criteriaField, reason: reasonField, channel: element, contact: contactField });
+}
+
+/** The classic subscriptions' channels: the specification's rest-hook. */
+const classicChannelTypes = registeredChannels.filter((channel) => !channel.topicOnly).map((channel) => channel.type);
+
+/** A channel element whose type names no channel the subscription may use: refused as the specification does. */
+const unusableChannel = z.object(
+  { type: z.string(required('channel.type')).refine(() => false, `Only channel=${classicChannelTypes.join(', ')} subscriptions are supported`) },
+  { error: 'channel is required' },
+);
+
+/** The channel's settings of calls to the subscriber's endpoint: its limits of calls a second and in flight. */
+function callSettings(extensions: Extension[], limits: RequestLimits): Pick<Channel, 'maxCallsPerSecond' | 'parallelCalls'> {
+  return { maxCallsPerSecond: parseMaxCallsPerSecond(extensions, limits.baseUrl), parallelCalls: parseParallelCalls(extensions, limits.baseUrl) };
+}
+
+/**
+ * A channel whose receivers connect to the service: the topic's channel
+ * settings that still mean something without calls (payload content,
+ * heartbeat period, max count) are read as for any; those about calls to an
+ * endpoint are refused.
+ */
+function refuseCallSettings(type: ChannelType, extensions: Extension[], limits: RequestLimits): Pick<Channel, 'maxCallsPerSecond' | 'parallelCalls'> {
+  const settings = [
     [backport.timeout, 'backport-timeout'],
     [maxCallsPerSecondExtension(limits.baseUrl), 'max-calls-per-second'],
     [parallelCallsExtension(limits.baseUrl), 'parallel-calls'],
   ] as const;
-  for (const [url, name] of callSettings) {
-    if (channelExtensions.some((item) => item.url === url)) throw refusal(`channel's ${name} is about calls to a rest-hook endpoint; a websocket subscription has none`);
+  for (const [url, name] of settings) {
+    if (extensions.some((item) => item.url === url)) throw refusal(`channel's ${name} is about calls to a rest-hook endpoint; a ${type} subscription has none`);
   }
-  const payloadExtensions = extensionsAt('channel._payload', (resource.channel as { _payload?: unknown })._payload);
-  return {
-    status: 'requested',
-    criteria,
-    reason: parsed.data.reason,
-    channelType: 'websocket',
-    endpoint: undefined,
-    payload: parsed.data.channel.payload,
-    headers: [],
-    clientSecret: undefined,
-    contactEmails: (parsed.data.contact ?? []).map((item) => item.value),
-    maxCallsPerSecond: undefined,
-    parallelCalls: undefined,
-    kind: 'topic',
-    filterCriteria,
-    ...parseBackportChannel(channelExtensions, payloadExtensions, limits),
-  };
+  return { maxCallsPerSecond: undefined, parallelCalls: undefined };
 }
 
 /**

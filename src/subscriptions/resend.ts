@@ -1,8 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import { FhirError, notFound } from '../fhir/outcome.ts';
-import { refusal } from './requests.ts';
-import { isUuid, visibleTo, type Caller } from './store.ts';
+import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
+import { isUuid } from '../db/schema.ts';
 
 /**
  * Resending recorded events, when someone asks: the subscription's own API

@@ -1,10 +1,11 @@
 import { sql } from 'kysely';
 import { maxSecretRotationOverlapSeconds } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
-import { FhirError, notFound } from '../fhir/outcome.ts';
-import { headerName, refusal, secretValueProblem } from './requests.ts';
+import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
+import { headerName, secretValueProblem } from '../channels/rest-hook/element.ts';
 import type { SecretBox } from './secrets.ts';
-import { isUuid, visibleTo, type Caller } from './store.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
+import { isUuid } from '../db/schema.ts';
 
 /**
  * Rotating a subscription's signing secret without a gap (issue 28). The new
@@ -14,7 +15,7 @@ import { isUuid, visibleTo, type Caller } from './store.ts';
  * It becomes the subscription's `secret` header (sent with every call and shown
  * in reads, as the specification has it for a client's secret); the secret
  * before it signs the calls too until the overlap ends (outboundHeaders in
- * src/dispatch/outbound.ts). Each rotation is recorded in
+ * src/channels/rest-hook/outbound.ts). Each rotation is recorded in
  * webhook.secret_rotations: who and when, never a secret.
  */
 

@@ -3,17 +3,18 @@ import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
 import type { Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
-import { subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
+import { channelOf } from '../channels/registry.ts';
+import { isUuid, subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
-import { maxCallsPerSecondExtension, parallelCallsExtension, parseSubscriptionRequest, refusal, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
+import { maxCallsPerSecondExtension, parallelCallsExtension, parseSubscriptionRequest, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
 import type { SecretBox } from './secrets.ts';
-import { FhirError, notFound } from '../fhir/outcome.ts';
+import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import { backport } from '../topics/backport.ts';
 import { compileFilterCriteria, type CompiledFilters } from '../topics/compile.ts';
 import { canonicalOf, findTopic } from '../topics/store.ts';
-import { websocketUrl } from '../dispatch/channel.ts';
 
 /** What rendering and storing a subscription needs besides the database. */
 export type SubscriptionContext = {
@@ -23,12 +24,6 @@ export type SubscriptionContext = {
   /** Last path segment of the identifier tag's system. */
   namingSystem: string;
 } & RequestLimits;
-
-/**
- * Who asks: an API key, and whether it may see and switch off every
- * subscription (the admin scope) or only those it created.
- */
-export type Caller = { apiKeyId: string; admin: boolean };
 
 export const subscriptionsAreImmutable =
   'Subscriptions cannot be updated or deleted: switch it off (POST with status off and the same criteria) and create a new one';
@@ -40,7 +35,7 @@ type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_a
  * its handshake in the same transaction, or switches off the live one with
  * the same criteria (status off). `created` tells which. A websocket
  * subscription has no endpoint to shake hands with: it is active at once, and
- * each client that binds to it gets its handshake then (src/dispatch/websocket.ts).
+ * each client that binds to it gets its handshake then (src/channels/websocket/channel.ts).
  */
 export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown, caller: Caller): Promise<{ created: boolean; resource: FhirResource }> {
   const request = parseSubscriptionRequest(body, context);
@@ -121,15 +116,16 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
 
 async function create(db: Db, context: SubscriptionContext, request: Extract<SubscriptionRequest, { status: 'requested' }>, caller: Caller): Promise<Row> {
   const signingSecret = request.clientSecret ?? randomBytes(32).toString('base64url');
-  const websocket = request.channelType === 'websocket';
+  // Receivers that connect to the service have no endpoint to shake hands with: active at once, each gets its handshake as it connects.
+  const handshake = channelOf(request.channelType).receivers.at === 'endpoint';
   const { id } = await db
     .insertInto('webhook.subscriptions')
     .values({
-      status: websocket ? 'active' : 'requested',
+      status: handshake ? 'requested' : 'active',
       criteria: request.criteria,
       ...(request.kind === 'criteria' ? criteriaColumns(request.compiled) : await topicColumns(db, request.criteria, request)),
       channel_type: request.channelType,
-      ...endpointColumns(request.endpoint ?? websocketUrl(context.baseUrl), context.box),
+      ...endpointColumns(request.endpoint, context.box),
       payload: request.payload ?? null,
       headers_encrypted: context.box.seal(JSON.stringify(request.headers)),
       signing_secret_encrypted: context.box.seal(signingSecret),
@@ -153,7 +149,7 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       throw error;
     });
   // In the creating transaction: the handshake is enqueued if and only if the subscription commits.
-  if (!websocket) await enqueueJob(db, 'subscription_handshake', { subscriptionId: id }, { jobKey: `handshake:${id}` });
+  if (handshake) await enqueueJob(db, 'subscription_handshake', { subscriptionId: id }, { jobKey: `handshake:${id}` });
   return selectRows(db).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
@@ -255,14 +251,6 @@ export async function switchOffById(db: Db, id: string): Promise<SubscriptionSta
   return found.status;
 }
 
-/**
- * The subscriptions a caller may see: all with the admin scope, else those
- * its key created. No caller is an operator (the CLI), who sees them all.
- */
-export function visibleTo<Query extends { where: (column: 'created_by_api_key', operator: '=', value: string) => Query }>(query: Query, caller: Caller | undefined): Query {
-  return caller === undefined || caller.admin ? query : query.where('created_by_api_key', '=', caller.apiKeyId);
-}
-
 function selectRows(db: Db) {
   return db
     .selectFrom('webhook.subscriptions')
@@ -308,8 +296,8 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
     channel: {
       ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
       type: row.channel_type,
-      // A websocket subscription's clients connect to the service: its channel names no endpoint.
-      ...(row.channel_type === 'websocket' ? {} : { endpoint: wholeEndpoint(row, context.box) }),
+      // A channel whose receivers connect to the service names no endpoint.
+      ...(channelOf(row.channel_type).receivers.at === 'service' ? {} : { endpoint: wholeEndpoint(row, context.box) }),
       ...(row.payload === null ? {} : { payload: row.payload }),
       ...(onTopic ? { _payload: { extension: [{ url: backport.payloadContent, valueCode: row.payload_content }] } } : {}),
       ...(headers.length === 0 ? {} : { header: headers }),
@@ -332,10 +320,6 @@ function tagSystem(context: SubscriptionContext): string {
 
 async function inTransaction<T>(db: Db, work: (transaction: Db) => Promise<T>): Promise<T> {
   return db.isTransaction ? work(db) : db.transaction().execute(work);
-}
-
-export function isUuid(text: string): boolean {
-  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(text);
 }
 
 function isStatus(text: string): text is SubscriptionStatus {

@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
-import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
-import { notFound } from '../fhir/outcome.ts';
+import { isUuid, type FhirResource, type SubscriptionStatus } from '../db/schema.ts';
+import { notFound, refusal } from '../fhir/outcome.ts';
 import { formatParameters, type OperationInput } from '../fhir/parameters.ts';
 import { payloadContents, type PayloadContent } from '../db/schema.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
 import { numberMissedEvents } from '../dispatch/events/log.ts';
-import { refusal } from './requests.ts';
-import { isUuid, visibleTo, type Caller, type SubscriptionContext } from './store.ts';
+import { visibleTo, type Caller } from '../auth/api-keys.ts';
+import type { SubscriptionContext } from './store.ts';
 
 /**
  * The Backport IG's operations on topic-based subscriptions: `$status` (where

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import type { Db } from '../../db/database.ts';
 import { notFound } from '../../fhir/outcome.ts';
 import { findSubscription, listSubscriptions, queuedWork, recentAttempts, subscribedTo, type SubscriptionSummary } from '../../operations/delivery-overview.ts';
+import { channelOf } from '../../channels/registry.ts';
 import { payloadContents } from '../../db/schema.ts';
 import { callerOf } from '../authentication.ts';
 import { commonRefusals, operationOutcome } from '../schemas.ts';
@@ -87,18 +88,14 @@ export const consolePage: FastifyPluginAsync = async (app) => {
   file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
 };
 
-/** A websocket subscription's bound clients, oldest first; null for a rest-hook subscription. */
-async function boundClients(db: Db, id: string): Promise<z.infer<typeof websocketClient>[] | null> {
+/**
+ * The clients connected to the service for a subscription, oldest first (a websocket one's, bound to it);
+ * null for a channel whose receivers are at an endpoint.
+ */
+async function connectedClients(db: Db, id: string): Promise<z.infer<typeof websocketClient>[] | null> {
   const subscription = await db.selectFrom('webhook.subscriptions').select('channel_type').where('id', '=', id).executeTakeFirstOrThrow();
-  if (subscription.channel_type !== 'websocket') return null;
-  const rows = await db
-    .selectFrom('webhook.websocket_bindings')
-    .select(['connection_id', 'client_address', 'server_id', 'bound_at'])
-    .where('subscription_id', '=', id)
-    .orderBy('bound_at')
-    .orderBy('connection_id')
-    .execute();
-  return rows.map((row) => ({ connection: row.connection_id, address: row.client_address, server: row.server_id, boundAt: row.bound_at.toISOString() }));
+  const { receivers } = channelOf(subscription.channel_type);
+  return receivers.at === 'service' ? receivers.connected(db, id) : null;
 }
 
 /** The console's data, at /console/api; app.ts puts it behind the API key and the per-key limit. */
@@ -141,7 +138,7 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
       if (subscription === undefined) throw notFound(`Subscription/${id} is not known`);
       const attempts = (await recentAttempts(db, id, 50)).map((call) => ({ ...call, startedAt: call.startedAt.toISOString() }));
       const work = (await queuedWork(db, id)).map((item) => ({ ...item, waitingSince: item.waitingSince?.toISOString() ?? null, nextRunAt: item.nextRunAt?.toISOString() ?? null }));
-      return { subscription: summaryJson(subscription), attempts, queued: work, websocketClients: await boundClients(db, id) };
+      return { subscription: summaryJson(subscription), attempts, queued: work, websocketClients: await connectedClients(db, id) };
     },
   );
 };

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { resourceTypes } from '../../fhir/definitions.ts';
 import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
 import type { Db } from '../../db/database.ts';
-import { websocketUrl } from '../../dispatch/channel.ts';
+import { websocketUrl } from '../../channels/websocket/channel.ts';
 import { backport } from '../../topics/backport.ts';
 import { activeTopicCanonicals } from '../../topics/store.ts';
 import { fhirJson } from '../errors.ts';

@@ -1,8 +1,8 @@
 import websocketPlugin from '@fastify/websocket';
 import type { FastifyInstance } from 'fastify';
-import { websocketPath } from '../../dispatch/channel.ts';
+import { websocketPath } from '../../channels/websocket/channel.ts';
 import { FhirError } from '../../fhir/outcome.ts';
-import type { WebsocketServer } from '../websocket-server.ts';
+import type { WebsocketServer } from '../../channels/websocket/server.ts';
 
 export type WebsocketRoutesOptions = {
   server: WebsocketServer;
@@ -14,7 +14,7 @@ export type WebsocketRoutesOptions = {
  * The websocket channel's endpoint on the API's port (@fastify/websocket):
  * GET WEBSOCKET_PATH upgraded, without an API key (a browser's WebSocket
  * cannot send one): the client authenticates with its bind-with-token
- * message (src/api/websocket-server.ts).
+ * message (src/channels/websocket/server.ts).
  *
  * Registered on the app itself, not in a plugin of its own: Node hands every
  * request that asks for an upgrade (to any route, with any Upgrade header) to

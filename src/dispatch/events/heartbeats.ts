@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from '../../db/database.ts';
 import { notificationBundle, statusParameters } from '../../topics/notification.ts';
-import { attemptRecord, call, countCalls, ShutdownAbort, statusSubject, type DispatchContext, type Target } from '../delivery.ts';
+import { ShutdownAbort } from '../../channels/channel.ts';
+import { attemptRecord, call, countCalls, statusSubject, type DispatchContext, type Target } from '../delivery.ts';
 import { settleClaim } from './log.ts';
 
 /**

@@ -3,7 +3,7 @@ import type { Db } from '../../db/database.ts';
 import { claimReactivation, failReactivation, isSuperseded, reactivate, releaseReactivation } from '../../subscriptions/state.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type CallContext, type DispatchContext, type Target } from '../delivery.ts';
 import { numberMissedEvents, recordEvents, reopenMissedEvent } from '../events/log.ts';
-import type { CallResult } from '../outbound.ts';
+import type { CallResult } from '../../channels/channel.ts';
 import { eventKey, type ResourceEvent, type VersionEvent } from '../../db/jobs.ts';
 
 /**

@@ -1,5 +1,5 @@
 import type { ClaimedEvent } from '../../../src/dispatch/events/log.ts';
-import type { CallResult } from '../../../src/dispatch/outbound.ts';
+import type { CallResult } from '../../../src/channels/channel.ts';
 
 /**
  * What the unit tests of a claim's delivery (src/dispatch/events/delivery/)

@@ -1,5 +1,5 @@
 import { attemptRecord, type AttemptOutcome, type DispatchContext, type Target } from '../../delivery.ts';
-import type { CallResult } from '../../outbound.ts';
+import type { CallResult } from '../../../channels/channel.ts';
 import { eventKey } from '../../../db/jobs.ts';
 import type { AttemptRow, ClaimedEvent, EventOutcome } from '../log.ts';
 import { retryDelay, type RetrySchedule } from '../retry-delay.ts';

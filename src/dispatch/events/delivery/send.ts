@@ -1,5 +1,5 @@
-import { call, ShutdownAbort, type DispatchContext, type Target } from '../../delivery.ts';
-import type { CallResult } from '../../outbound.ts';
+import { call, type DispatchContext, type Target } from '../../delivery.ts';
+import { ShutdownAbort, type CallResult } from '../../../channels/channel.ts';
 import type { NotificationOfEvents } from './build.ts';
 import type { Pacer } from './pacer.ts';
 

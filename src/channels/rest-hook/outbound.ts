@@ -1,34 +1,16 @@
 import { createHash, createHmac } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
-import { shownEndpoint } from '../subscriptions/endpoints.ts';
-import { ShutdownAbort, type Channel } from './channel.ts';
-import type { Target } from './delivery.ts';
+import { ShutdownAbort, shownEndpoint, type CallResult, type Channel, type ChannelTarget } from '../channel.ts';
+import type { RestHookContext } from './calls.ts';
+import { restHookElement } from './element.ts';
 import { ForbiddenAddressError } from './ssrf.ts';
 
 /**
- * The rest-hook channel (src/dispatch/channel.ts): one outbound webhook call,
+ * The rest-hook channel (src/channels/channel.ts): one outbound webhook call,
  * the exact bytes, signed, with the subscription's headers, under an overall
  * deadline, and its result classified as the spec's response-handling table
  * says.
  */
-
-export type CallResult = {
-  /** delivered: 2xx. retryable: network failure, timeout, 5xx or 429. permanent: any other 4xx (and refused addresses). */
-  verdict: 'delivered' | 'retryable' | 'permanent';
-  httpStatus: number | undefined;
-  /** Why it was not delivered. */
-  error: string | undefined;
-  /** The start of the response body, for the attempt record. */
-  responseExcerpt: string | undefined;
-  /** Seconds from a Retry-After header on 429/503. */
-  retryAfterSeconds: number | undefined;
-  startedAt: Date;
-  durationMs: number;
-  /** Whose failure it was: the subscriber's endpoint, or the OAuth token endpoint before any call. */
-  failedAt?: 'token-endpoint';
-  /** The address the SSRF guard refused, for the operator's log only: `error` does not name it. */
-  refusedAddress?: string;
-};
 
 export type CallOptions = {
   dispatcher: Dispatcher;
@@ -48,7 +30,12 @@ const excerptMargin = 4096;
  * (DELIVERY_MAX_CONNECTIONS_PER_ORIGIN). The Standard Webhooks webhook-id,
  * when those headers are on, is made from the notification's `message`.
  */
-export const restHook: Channel = {
+export const restHook: Channel<RestHookContext> = {
+  type: 'rest-hook',
+  receivers: { at: 'endpoint' },
+  paced: true,
+  topicOnly: false,
+  element: restHookElement,
   async send(context, target, { body: resource, message }, signal) {
     const body = Buffer.from(JSON.stringify(resource));
     let token: string | undefined;
@@ -131,7 +118,7 @@ function isServiceHeader(name: string): boolean {
 export type SigningSecrets = { current: string; previous: string | undefined };
 
 /** What a call made now is signed with: the current secret, and the previous one while its overlap lasts. */
-function signingSecrets({ secret, previousSecret }: Pick<Target, 'secret' | 'previousSecret'>): SigningSecrets {
+function signingSecrets({ secret, previousSecret }: Pick<ChannelTarget, 'secret' | 'previousSecret'>): SigningSecrets {
   return { current: secret, previous: previousSecret !== undefined && previousSecret.until.getTime() > Date.now() ? previousSecret.secret : undefined };
 }
 

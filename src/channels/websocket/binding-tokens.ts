@@ -1,17 +1,15 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import type { Db } from '../db/database.ts';
-import type { FhirResource, SubscriptionStatus } from '../db/schema.ts';
-import { websocketUrl } from '../dispatch/channel.ts';
-import { notFound } from '../fhir/outcome.ts';
-import type { PayloadContent } from '../db/schema.ts';
-import { refusal } from './requests.ts';
-import { isUuid, visibleTo, type Caller } from './store.ts';
+import { visibleTo, type Caller } from '../../auth/api-keys.ts';
+import type { Db } from '../../db/database.ts';
+import { isUuid, type FhirResource, type PayloadContent, type SubscriptionStatus } from '../../db/schema.ts';
+import { notFound, refusal } from '../../fhir/outcome.ts';
+import { websocketUrl } from './channel.ts';
 
 /**
  * $get-ws-binding-token (Backport IG; R5's Subscription operation): a token
  * with which a websocket client binds to websocket subscriptions
- * (src/dispatch/websocket.ts). A token is for the key that asked and the
+ * (src/channels/websocket/channel.ts). A token is for the key that asked and the
  * subscriptions it named, each visible to that key; it binds once, before it
  * expires (WEBSOCKET_BINDING_TOKEN_SECONDS). Only its SHA-256 is stored: the
  * answer shows it once. A bind checks again that the key is not revoked and

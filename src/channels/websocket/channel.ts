@@ -1,11 +1,14 @@
 import { sql } from 'kysely';
-import { ShutdownAbort, type Channel } from './channel.ts';
+import { z } from 'zod';
+import type { Db } from '../../db/database.ts';
+import { ShutdownAbort, type Channel, type ConnectedClient } from '../channel.ts';
+import { absent, payload } from '../element.ts';
 
 /**
  * The websocket channel (FHIR Subscriptions Backport IG, channel type
  * websocket). Its two halves meet in the database:
  *
- * - `websocket`, the channel behind the sender (src/dispatch/channel.ts): a
+ * - `websocket`, the channel behind the sender (src/channels/channel.ts): a
  *   worker that claimed a websocket subscription's events numbers them, builds
  *   each notification at the subscription's payload level, and "sends" it by
  *   writing it once to webhook.websocket_notifications, with a NOTIFY, when
@@ -13,7 +16,7 @@ import { ShutdownAbort, type Channel } from './channel.ts';
  *   holds them. The event is then delivered: the log is the channel's record,
  *   and a client that was not bound, or missed a frame, reads it there with
  *   $events (the IG's recovery path).
- * - the websocket server of an API process (src/api/websocket-server.ts): it takes
+ * - the websocket server of an API process (src/channels/websocket/server.ts): it takes
  *   the clients, binds them with $get-ws-binding-token's tokens, sends each a
  *   handshake per subscription with the latest event number, and writes to
  *   each client the notifications of its subscriptions numbered after that
@@ -24,6 +27,14 @@ import { ShutdownAbort, type Channel } from './channel.ts';
  * after that read is sent (and written for this server's clients) after the
  * rows are visible; an event numbered before it is in the handshake's count.
  */
+
+/** Where the API takes websocket clients, on its own port (src/api/routes/websocket.ts). */
+export const websocketPath = '/fhir/websocket';
+
+/** The websocket URL of a service at `baseUrl` (http becomes ws, https wss): $get-ws-binding-token's websocket-url. */
+export function websocketUrl(baseUrl: string): string {
+  return `${baseUrl.replace(/^http/, 'ws')}${websocketPath}`;
+}
 
 /** What a websocket send tells the API processes: the subscription, in the payload. */
 export const websocketNotificationsChannel = 'webhook_websocket_notifications';
@@ -38,6 +49,21 @@ export const notificationKeptSeconds = 60;
  * the database would not take it.
  */
 export const websocket: Channel = {
+  type: 'websocket',
+  receivers: { at: 'service', url: websocketUrl, connected: boundClients },
+  // A websocket send is a write to the database, not a call to pace.
+  paced: false,
+  topicOnly: true,
+  // No endpoint (its clients connect to the service and bind with $get-ws-binding-token's token), no headers (nothing is
+  // called); the channel's extensions about calls to an endpoint are refused by the request (src/subscriptions/requests.ts).
+  element: z.object({
+    type: z.literal('websocket'),
+    endpoint: absent(
+      "channel.endpoint is for rest-hook: a websocket subscription's clients connect to the service (the websocket-url of $get-ws-binding-token)",
+    ),
+    payload,
+    header: absent('channel.header is sent with rest-hook calls; a websocket subscription has none (its clients authenticate with a binding token)'),
+  }),
   async send(context, target, { body, type, lastEventNumber }, signal) {
     if (signal?.aborted) throw new ShutdownAbort("the websocket notification was not published: the worker is shutting down; it goes again");
     const startedAt = new Date();
@@ -79,3 +105,15 @@ export const websocket: Channel = {
     }
   },
 };
+
+/** A websocket subscription's bound clients, oldest first, whichever API process holds them. */
+async function boundClients(db: Db, subscriptionId: string): Promise<ConnectedClient[]> {
+  const rows = await db
+    .selectFrom('webhook.websocket_bindings')
+    .select(['connection_id', 'client_address', 'server_id', 'bound_at'])
+    .where('subscription_id', '=', subscriptionId)
+    .orderBy('bound_at')
+    .orderBy('connection_id')
+    .execute();
+  return rows.map((row) => ({ connection: row.connection_id, address: row.client_address, server: row.server_id, boundAt: row.bound_at.toISOString() }));
+}

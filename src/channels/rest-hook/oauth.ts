@@ -1,5 +1,5 @@
 import { request } from 'undici';
-import type { Config } from '../config/index.ts';
+import type { Config } from '../../config/index.ts';
 
 export type OAuthConfig = NonNullable<Config['oauth']>;
 

@@ -1,4 +1,4 @@
-import { ShutdownAbort } from './channel.ts';
+import { ShutdownAbort } from '../channel.ts';
 
 /** A call waiting for a place at its origin. */
 type Waiter = { subscriptionId: string; admit: () => void };

@@ -1,24 +1,20 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sql } from 'kysely';
-import type pg from 'pg';
 import type { Logger } from 'pino';
 import { WebSocket } from 'ws';
-import type { WebsocketLimits } from '../config/index.ts';
-import type { Db } from '../db/database.ts';
-import type { FhirResource } from '../db/schema.ts';
-import { numberMissedEvents } from '../dispatch/events/log.ts';
-import { listenForEvents } from '../dispatch/events/sender.ts';
-import { keepWorkerPoolAlive, type Liveness } from '../dispatch/liveness.ts';
-import { notificationKeptSeconds, websocketNotificationsChannel } from '../dispatch/websocket.ts';
-import { operationOutcome } from '../fhir/outcome.ts';
-import type { Metrics, WebsocketCloseReason, WebsocketFrameType } from '../metrics/metrics.ts';
-import { redeemBindingToken, tokenDigest, type BoundSubscription } from '../subscriptions/binding-tokens.ts';
-import { notificationBundle, statusParameters } from '../topics/notification.ts';
+import type { WebsocketLimits } from '../../config/index.ts';
+import type { Db } from '../../db/database.ts';
+import type { FhirResource } from '../../db/schema.ts';
+import { operationOutcome } from '../../fhir/outcome.ts';
+import type { Metrics, WebsocketCloseReason, WebsocketFrameType } from '../../metrics/metrics.ts';
+import { notificationBundle, statusParameters } from '../../topics/notification.ts';
+import { redeemBindingToken, tokenDigest, type BoundSubscription } from './binding-tokens.ts';
+import { notificationKeptSeconds, websocketNotificationsChannel } from './channel.ts';
 
 /**
  * The websocket server of an API process: the clients of the websocket
- * channel (src/dispatch/websocket.ts says how the two halves meet). A client
+ * channel (src/channels/websocket/channel.ts says how the two halves meet). A client
  * connects to WEBSOCKET_PATH, sends `bind-with-token <token>` with a token from
  * $get-ws-binding-token, and gets a handshake per subscription the token
  * binds (with its latest event number), then the notifications of those
@@ -38,15 +34,30 @@ import { notificationBundle, statusParameters } from '../topics/notification.ts'
 
 export type WebsocketServerOptions = {
   db: Db;
-  /** The pool `db` queries through: the server's registration beats on it. */
-  pool: pg.Pool;
-  /** The server itself (not a transaction-mode pooler): the LISTEN's own connection. */
-  listenConnectionString: string;
   /** Public base URL, without a trailing slash. */
   baseUrl: string;
   limits: WebsocketLimits;
   metrics: Metrics;
   logger: Pick<Logger, 'info' | 'warn' | 'debug'>;
+  dispatch: DispatchParts;
+};
+
+/**
+ * What the server uses of the processes' registry and of the event log,
+ * which live above the channels (src/dispatch/): the API process gives them
+ * (src/api/app.ts).
+ */
+export type DispatchParts = {
+  /**
+   * Registers the server in webhook.worker_pools as `serverId` (kind
+   * websocket-server), running `beat` at each of its beats, until stop()
+   * (src/dispatch/liveness.ts).
+   */
+  register(serverId: string, beat: () => Promise<void>): Promise<{ stop(): Promise<void> }>;
+  /** LISTENs on a connection of its own (not through a transaction-mode pooler) to `channel`, until close() (src/dispatch/events/sender.ts). */
+  listen(channel: string, applicationName: string, notified: (payload?: string) => void, stopping: () => boolean): { close(): Promise<void> };
+  /** The number of a subscription's latest event, its missed events numbered first (src/dispatch/events/log.ts). */
+  numberMissedEvents(subscriptionId: string): Promise<number>;
 };
 
 export type WebsocketServer = {
@@ -97,7 +108,7 @@ const maxCloseReasonBytes = 123;
  * webhook.worker_pools (kind websocket-server) and LISTENs for notifications
  * only once a client binds: an API no client uses opens no connection for it.
  */
-export function createWebsocketServer({ db, pool, listenConnectionString, baseUrl, limits, metrics, logger }: WebsocketServerOptions): WebsocketServer {
+export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, dispatch }: WebsocketServerOptions): WebsocketServer {
   const serverId = `websocket-server:${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const clients = new Set<Client>();
   const bySocket = new WeakMap<WebSocket, Client>();
@@ -110,20 +121,22 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
   });
 
   // Registration, listener and poll: started by the first bind.
-  let started: Promise<{ liveness: Liveness; listener: { close(): Promise<void> }; poll: NodeJS.Timeout }> | undefined;
+  let started: Promise<{ registration: { stop(): Promise<void> }; listener: { close(): Promise<void> }; poll: NodeJS.Timeout }> | undefined;
   const start = () =>
     (started ??= (async () => {
-      const liveness = await keepWorkerPoolAlive(pool, { poolId: serverId, kind: 'websocket-server' }, keepBindingsTrue, logger);
-      const listener = listenForEvents(listenConnectionString, (subscriptionId) => wake(subscriptionId), logger, () => closing, {
-        channel: websocketNotificationsChannel,
-        applicationName: 'fhir-webhooks websocket listener',
-      });
+      const registration = await dispatch.register(serverId, keepBindingsTrue);
+      const listener = dispatch.listen(
+        websocketNotificationsChannel,
+        'fhir-webhooks websocket listener',
+        (subscriptionId) => wake(subscriptionId),
+        () => closing,
+      );
       const poll = setInterval(() => {
         wake();
         void endEndedBindings();
       }, 1_000);
       poll.unref();
-      return { liveness, listener, poll };
+      return { registration, listener, poll };
     })());
 
   /**
@@ -273,7 +286,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
     for (const subscription of redeemed.subscriptions) {
       const row = rows.find((candidate) => candidate.id === subscription.id);
       // A subscription out of `active` has its missed events numbered first, as $status counts them.
-      const lastEventNumber = subscription.status === 'active' ? Number(row?.last_event_number ?? 0) : await numberMissedEvents(db, subscription.id);
+      const lastEventNumber = subscription.status === 'active' ? Number(row?.last_event_number ?? 0) : await dispatch.numberMissedEvents(subscription.id);
       const following = followed.get(subscription.id);
       if (following !== undefined && following.readUpTo === undefined) following.readUpTo = row?.last_notification ?? '0';
       const state = client.bound.get(subscription.id);
@@ -448,7 +461,7 @@ export function createWebsocketServer({ db, pool, listenConnectionString, baseUr
         clearInterval(running.poll);
         await running.listener.close();
         // Its bindings go with its registration (the foreign key).
-        await running.liveness.stop().catch((error: unknown) => logger.warn({ err: error }, 'could not end the websocket server registration'));
+        await running.registration.stop().catch((error: unknown) => logger.warn({ err: error }, 'could not end the websocket server registration'));
       }
     },
   };
