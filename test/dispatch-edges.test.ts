@@ -8,7 +8,7 @@ import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { createMetrics } from '../src/metrics/metrics.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { listenOnLoopback, startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 import { startSmtpServerOnLoopback, type SmtpServer } from './support/smtp.ts';
@@ -462,7 +462,7 @@ describe('deactivation alerts of a flapping subscriber', () => {
     expect(mails[digest]!.body).toContain(`Deactivations:        ${told} since ${mailed[digest - 1]!.handled_at!.toISOString()}\n`);
 
     // The flapping shows where an operator looks: subscriptions list and show, and the metrics.
-    const cli = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 'subscriptions', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+    const cli = (...args: string[]) => runCommand(process.execPath, [cliEntry, 'subscriptions', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
     const listed = (await cli('list')).output.split('\n').find((line) => line.startsWith(id));
     expect(listed).toMatch(new RegExp(`^${id}\\s+\\w+\\s+\\d+\\s+${rows.length}\\s`));
     expect((await cli('show', id)).output).toMatch(new RegExp(`\\n {2}in error {2}${rows.length} times in the last 24 hours, \\d+ in a row without a delivery \\(flapping: `));

@@ -8,38 +8,38 @@ import { Presets, SingleBar } from 'cli-progress';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, setApiKeyScopes, type ApiKeyScope } from './auth/api-keys.ts';
-import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config } from './config/index.ts';
-import { createLogger, describeError } from './config/logger.ts';
-import type { Db } from './db/database.ts';
-import { subscriptionStatuses, type SubscriptionStatus } from './db/schema.ts';
-import { formatInstant } from './fhir/instant.ts';
-import { FhirError } from './fhir/outcome.ts';
-import type { LoadProgress } from './loading/ndjson.ts';
-import type { Attempt } from './operations/delivery-overview.ts';
-import { appliedSummary } from './db/migrations.ts';
-import { databaseServer, migrate, openDatabase } from './db/open.ts';
-import type { Roles } from './service.ts';
-import type { ResendSelection } from './subscriptions/resend.ts';
+import { apiKeyScopes, createApiKey, listApiKeys, revokeApiKey, setApiKeyScopes, type ApiKeyScope } from '../auth/api-keys.ts';
+import { ConfigError, loadConfig, maxSecretRotationOverlapSeconds, type Config } from '../config/index.ts';
+import { createLogger, describeError } from '../config/logger.ts';
+import type { Db } from '../db/database.ts';
+import { subscriptionStatuses, type SubscriptionStatus } from '../db/schema.ts';
+import { formatInstant } from '../fhir/instant.ts';
+import { FhirError } from '../fhir/outcome.ts';
+import type { LoadProgress } from '../loading/ndjson.ts';
+import type { Attempt } from '../operations/delivery-overview.ts';
+import { appliedSummary } from '../db/migrations.ts';
+import { databaseServer, migrate, openDatabase } from '../db/open.ts';
+import type { Roles } from '../service.ts';
+import type { ResendSelection } from '../subscriptions/resend.ts';
 
 /**
  * Each command's own modules, loaded when it runs: a one-shot command (a
  * load above all) starts without the code of the others, nor the API's and
  * the dispatcher's (src/service.ts, loaded by serve).
  */
-const loading = () => import('./loading/ndjson.ts');
-const overview = () => import('./operations/delivery-overview.ts');
-const topicStore = () => Promise.all([import('./topics/store.ts'), import('./topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
-const reactivating = () => import('./subscriptions/reactivation-requests.ts');
+const loading = () => import('../loading/ndjson.ts');
+const overview = () => import('../operations/delivery-overview.ts');
+const topicStore = () => Promise.all([import('../topics/store.ts'), import('../topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
+const reactivating = () => import('../subscriptions/reactivation-requests.ts');
 
 const rotating = () =>
-  Promise.all([import('./subscriptions/rotation.ts'), import('./subscriptions/secrets.ts'), import('./subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({
+  Promise.all([import('../subscriptions/rotation.ts'), import('../subscriptions/secrets.ts'), import('../subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({
     ...rotation,
     ...secrets,
     ...requests,
   }));
 
-const resending = () => Promise.all([import('./subscriptions/resend.ts'), import('./subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
+const resending = () => Promise.all([import('../subscriptions/resend.ts'), import('../subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
 
 /**
  * The widest a column is padded to: a longer value (a topic with its filters, an endpoint with its
@@ -609,7 +609,7 @@ function parseScopes(text: string): ApiKeyScope[] {
 
 async function switchOff(id: string): Promise<void> {
   if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
-  const { switchOffById } = await import('./subscriptions/store.ts');
+  const { switchOffById } = await import('../subscriptions/store.ts');
   await withDatabase(async ({ db }) => {
     const was = await switchOffById(db, id);
     if (was === undefined) throw new CommandError(`No subscription has id '${id}' (subscriptions list shows them).`);
@@ -645,7 +645,7 @@ async function serve(roles: Roles): Promise<void> {
   const config = loadConfig();
   const logger = createLogger(config.logLevel);
   // The API and the dispatcher, loaded only by the commands that run them: a one-shot command starts without them.
-  const { startService } = await import('./service.ts');
+  const { startService } = await import('../service.ts');
   const service = await startService(config, logger, roles);
   if (service.address === undefined) logger.info('Workers running');
   const signal = await new Promise<NodeJS.Signals>((resolve) => (onTerminationSignal = resolve));
