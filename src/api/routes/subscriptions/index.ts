@@ -1,30 +1,30 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyError, FastifyPluginAsync, FastifyRequest, FastifySchema, RouteHandlerMethod } from 'fastify';
-import type { Db } from '../../db/database.ts';
-import { formatInstant } from '../../fhir/instant.ts';
-import { FhirError } from '../../fhir/outcome.ts';
-import { formatParameters, parametersAsInput, type OperationInput } from '../../fhir/parameters.ts';
-import { splitQuery } from '../../search/query.ts';
+import type { Db } from '../../../db/database.ts';
+import { formatInstant } from '../../../fhir/instant.ts';
+import { FhirError } from '../../../fhir/outcome.ts';
+import { formatParameters, parametersAsInput, type OperationInput } from '../../../fhir/parameters.ts';
+import { splitQuery } from '../../../search/query.ts';
 import {
   readSubscription,
   searchSubscriptions,
   submitSubscription,
   subscriptionsAreImmutable,
   type SubscriptionContext,
-} from '../../subscriptions/store.ts';
-import { asRefusal } from '../../subscriptions/requests.ts';
-import { maxEventsPerAnswer, subscriptionEvents, subscriptionStatus } from '../../subscriptions/topic-status.ts';
-import { callerOf } from '../authentication.ts';
+} from '../../../subscriptions/store.ts';
+import { asRefusal } from '../../../subscriptions/requests.ts';
+import { maxEventsPerAnswer, subscriptionEvents, subscriptionStatus } from '../../../subscriptions/topic-status.ts';
+import { callerOf } from '../../authentication.ts';
 import { z } from 'zod';
-import { errorOutcome, fhirJson, sendOutcome } from '../errors.ts';
-import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../schemas.ts';
-import { nothingToResend, resendEvents, type ResendOutcome, type ResendSelection } from '../../subscriptions/resend.ts';
-import { refusal } from '../../subscriptions/requests.ts';
-import { reactivateOnRequest } from '../../subscriptions/reactivation.ts';
-import { issueBindingToken, maxSubscriptionsPerToken } from '../../subscriptions/binding-tokens.ts';
-import { checkedOverlapSeconds, checkedSecret, rotateSigningSecret, type RotationRequest } from '../../subscriptions/rotation.ts';
-import type { CallContext } from '../../dispatch/delivery.ts';
-import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-query.ts';
+import { errorOutcome, fhirJson, sendOutcome } from '../../errors.ts';
+import { bundle, commonRefusals, fhirOperation, operationOutcome, resource, subscription, subscriptionReadEnvelope } from '../../schemas.ts';
+import { nothingToResend, resendEvents, type ResendOutcome, type ResendSelection } from '../../../subscriptions/resend.ts';
+import { refusal } from '../../../subscriptions/requests.ts';
+import { reactivateOnRequest } from '../../../subscriptions/reactivation.ts';
+import { issueBindingToken, maxSubscriptionsPerToken } from '../../../subscriptions/binding-tokens.ts';
+import { checkedOverlapSeconds, checkedSecret, rotateSigningSecret, type RotationRequest } from '../../../subscriptions/rotation.ts';
+import type { CallContext } from '../../../dispatch/delivery.ts';
+import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../../raw-query.ts';
 
 export type SubscriptionRoutesOptions = {
   db: Db;
