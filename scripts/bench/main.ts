@@ -58,17 +58,17 @@ import { Logger as WorkerLogger, run } from 'graphile-worker';
 import pg from 'pg';
 import pino from 'pino';
 import { Agent, request } from 'undici';
-import { buildApp } from '../src/api/app.ts';
-import { createApiKey } from '../src/auth/api-keys.ts';
-import { connectDatabase, type DatabaseHandle } from '../src/db/database.ts';
-import { createSecretBox } from '../src/subscriptions/secrets.ts';
-import { submitSubscription, type SubscriptionContext } from '../src/subscriptions/store.ts';
-import { addTopics } from '../src/topics/store.ts';
-import { startBenchReceiver, wallNow, type BenchReceiver, type Receipt } from './support/bench-receiver.ts';
-import { instrumentApplicationName, meterDatabaseCpu } from './support/database-cpu.ts';
-import { createScratchDatabase } from './support/scratch-database.ts';
-import { cpuSeconds, peakRssKiB, resetPeakRss } from './support/process-stats.ts';
-import { percentile } from './support/statistics.ts';
+import { buildApp } from '../../src/api/app.ts';
+import { createApiKey } from '../../src/auth/api-keys.ts';
+import { connectDatabase, type DatabaseHandle } from '../../src/db/database.ts';
+import { createSecretBox } from '../../src/subscriptions/secrets.ts';
+import { submitSubscription, type SubscriptionContext } from '../../src/subscriptions/store.ts';
+import { addTopics } from '../../src/topics/store.ts';
+import { startBenchReceiver, wallNow, type BenchReceiver, type Receipt } from '../support/bench-receiver.ts';
+import { instrumentApplicationName, meterDatabaseCpu } from '../support/database-cpu.ts';
+import { createScratchDatabase } from '../support/scratch-database.ts';
+import { cpuSeconds, peakRssKiB, resetPeakRss } from '../support/process-stats.ts';
+import { percentile } from '../support/statistics.ts';
 
 const options = new Command('npm run bench --')
   .description('The delivery engine against its ceilings, in one run.')
@@ -201,7 +201,7 @@ let rowPeakRssKiB = 0;
  * in a shell, and so does the bench (its `exec` makes the shell's pid the
  * worker's), with the same Node options as an operator's worker.
  */
-const cliScript: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
+const cliScript: string = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
 
 /** The dispatcher as the column runs it: one `worker` process, or one `serve` process (see withDispatcherProcesses). */
 function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>, kind: ProcessKind = 'worker', settings: Record<string, string> = {}): Promise<T> {
