@@ -4,14 +4,14 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import pino from 'pino';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/config/index.ts';
-import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
-import { createMetrics } from '../src/metrics/metrics.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
-import { listenOnLoopback, startReceiver, waitFor, type Receiver } from './support/receiver.ts';
-import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
-import { startSmtpServerOnLoopback, type SmtpServer } from './support/smtp.ts';
+import { loadConfig } from '../../src/config/index.ts';
+import { startWorkers, type Workers } from '../../src/dispatch/worker.ts';
+import { createMetrics } from '../../src/metrics/metrics.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../support/app.ts';
+import { childEnvironment, cliEntry, runCommand } from '../support/commands.ts';
+import { listenOnLoopback, startReceiver, waitFor, type Receiver } from '../support/receiver.ts';
+import { attemptsOf, statusOf, subscribe, untilStatus } from '../support/subscriptions.ts';
+import { startSmtpServerOnLoopback, type SmtpServer } from '../support/smtp.ts';
 
 /**
  * The dispatcher's edges, end to end: real PostgreSQL, graphile-worker, HTTP
