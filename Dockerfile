@@ -27,4 +27,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=20s CMD ["node", "-e", "f
 # half, not up to 4 times, between collections. Neither is a limit: a heap
 # that needs more still gets it. npm start and npm run cli (package.json)
 # pass the same flags.
-CMD ["node", "--max-semi-space-size=8", "--heap-growing-percent=50", "src/cli.ts", "serve"]
+CMD ["node", "--max-semi-space-size=8", "--heap-growing-percent=50", "src/cli/main.ts", "serve"]

@@ -127,7 +127,7 @@ async function main(): Promise<number> {
 }
 
 function startService(databaseUrl: string, port: number) {
-  const child = spawn(process.execPath, ['src/cli.ts', 'serve'], {
+  const child = spawn(process.execPath, ['src/cli/main.ts', 'serve'], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './support/app.ts';
-import { childEnvironment, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
 import { startReceiver } from './support/receiver.ts';
 import { startHealthyAndFailing, subscribe, type HealthyAndFailing } from './support/subscriptions.ts';
 
@@ -25,7 +25,7 @@ afterAll(async () => {
 });
 
 const environment = () => childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
-const cli = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', ...args], environment());
+const cli = (...args: string[]) => runCommand(process.execPath, [cliEntry, ...args], environment());
 
 describe('subscriptions list', () => {
   it('shows every subscription with its status, failures, criteria, endpoint masked and error', async () => {
@@ -76,7 +76,7 @@ describe('subscriptions show', () => {
 
 describe('deliveries tail', () => {
   it('prints each call as it is recorded, from its start on, and stops on Ctrl-C with exit 0', { timeout: 30_000 }, async () => {
-    const tail = startCommand(process.execPath, ['src/cli.ts', 'deliveries', 'tail'], environment());
+    const tail = startCommand(process.execPath, [cliEntry, 'deliveries', 'tail'], environment());
     await tail.waitFor(/Following the calls to every subscriber; Ctrl-C stops\./);
     const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Healthy' }] })).json<{ id: string }>();
     const [line] = await tail.waitFor(new RegExp(`^\\S+  ${scene.healthy}  call \\d+  notification event \\d+ Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment, runCommand, startCommand, stopStartedCommands, type Running } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand, startCommand, stopStartedCommands, type Running } from './support/commands.ts';
 import { freePort, startReceiver, type Receiver } from './support/receiver.ts';
 import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
@@ -20,13 +20,13 @@ let endpoint: Receiver;
 /** The service's settings, none of which the CLI below is given. */
 const serviceEnvironment = (port: number) =>
   childEnvironment({ DATABASE_URL: t.database.url, SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'), PORT: String(port), WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', LOG_LEVEL: 'info' });
-const cli = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'reactivate', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+const cli = (...args: string[]) => runCommand(process.execPath, [cliEntry, 'subscriptions', 'reactivate', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
 
 beforeAll(async () => {
   t = await startTestApp();
   endpoint = await startReceiver();
   servicePort = await freePort();
-  service = startCommand(process.execPath, ['src/cli.ts', 'serve'], serviceEnvironment(servicePort));
+  service = startCommand(process.execPath, [cliEntry, 'serve'], serviceEnvironment(servicePort));
   await service.waitFor(/Listening on/);
 }, 60_000);
 afterAll(async () => {

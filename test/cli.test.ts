@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { childEnvironment, removeStagedClusters, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, removeStagedClusters, runCommand, startCommand, stopStartedCommands } from './support/commands.ts';
 import { freePort } from './support/receiver.ts';
 
 // A private parent (mode 0700, as mktemp -d and /root are): started by root, the
@@ -193,7 +193,7 @@ describe('an older Node', () => {
   });
 
   it.skipIf(oldNode === undefined)('is told in one line which Node is needed and how to get it', async () => {
-    const run = await runCommand(oldNode!, ['--import', './scripts/require-node.js', 'src/cli.ts', 'serve'], environment);
+    const run = await runCommand(oldNode!, ['--import', './scripts/require-node.js', cliEntry, 'serve'], environment);
     expect(run.exitCode).toBe(1);
     expect(run.output).toMatch(/^This project needs Node 22\.18 or newer \(24 recommended, see \.nvmrc\); this is Node \d+\.\d+\.\d+\. Get it with `nvm install`.*\n$/);
   });

@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { testSecretsKey } from './support/app.ts';
-import { childEnvironment, startCommand, stopStartedCommands, type Running } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands, type Running } from './support/commands.ts';
 import { createTestDatabase } from './support/database.ts';
 import { freePort, listenOnLoopback, waitFor } from './support/receiver.ts';
 
@@ -57,7 +57,7 @@ describe('the connections of each kind of process', () => {
     const start = async (kind: keyof typeof most, name: string, extra: NodeJS.ProcessEnv = {}): Promise<{ name: string; kind: keyof typeof most; command: Running }> => {
       const url = new URL(database.url);
       url.searchParams.set('application_name', name);
-      const command = startCommand(process.execPath, ['src/cli.ts', kind], {
+      const command = startCommand(process.execPath, [cliEntry, kind], {
         ...childEnvironment({
           DATABASE_URL: url.toString(),
           SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),

@@ -9,7 +9,7 @@ import { maxEventsPerClaim } from '../src/dispatch/events/log.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';
-import { childEnvironment } from './support/commands.ts';
+import { childEnvironment, cliEntry } from './support/commands.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
 import { eventNumbers, type Json } from './support/backport-conformance.ts';
 import { addTopics } from '../src/topics/store.ts';
@@ -224,7 +224,7 @@ describe('two worker processes on one database', () => {
   });
 
   function spawnWorker(databaseUrl: string): Child {
-    const child = spawn(process.execPath, ['src/cli.ts', 'worker'], {
+    const child = spawn(process.execPath, [cliEntry, 'worker'], {
       env: childEnvironment({
         DATABASE_URL: databaseUrl,
         SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { testSecretsKey } from './support/app.ts';
-import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands } from './support/commands.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { databaseUrl, withAdmin } from './support/global-setup.ts';
 import { freePort } from './support/receiver.ts';
@@ -50,8 +50,8 @@ async function serve(database: Pick<TestDatabase, 'url'>, dataDir: string, { inT
     PORT: String(port),
   });
   const command = inTerminal
-    ? startCommand('/usr/bin/script', ['--quiet', '--return', '--command', `${process.execPath} src/cli.ts serve`, '/dev/null'], environment)
-    : startCommand(process.execPath, ['src/cli.ts', 'serve'], environment);
+    ? startCommand('/usr/bin/script', ['--quiet', '--return', '--command', `${process.execPath} ${cliEntry} serve`, '/dev/null'], environment)
+    : startCommand(process.execPath, [cliEntry, 'serve'], environment);
   await command.waitFor(/Listening on/);
   const works = async (key: string) =>
     (await fetch(`http://127.0.0.1:${port}/fhir/resources/Subscription?_count=1`, { headers: { 'x-api-key': key } })).status === 200;

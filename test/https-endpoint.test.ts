@@ -5,7 +5,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands } from './support/commands.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { attemptsOf, subscribe, untilStatus } from './support/subscriptions.ts';
 
@@ -36,7 +36,7 @@ async function privateCertificates(dir: string): Promise<{ caFile: string; key: 
 }
 
 function startWorkerProcess(t: TestApp, extraCaCerts: string | undefined) {
-  return startCommand(process.execPath, ['src/cli.ts', 'worker'], {
+  return startCommand(process.execPath, [cliEntry, 'worker'], {
     ...childEnvironment({
       DATABASE_URL: t.database.url,
       SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),

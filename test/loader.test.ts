@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
 
@@ -81,7 +81,7 @@ afterAll(async () => {
   await t?.close();
 });
 
-const load = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 'load', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+const load = (...args: string[]) => runCommand(process.execPath, [cliEntry, 'load', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
 const storedCount = async () => (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources')).rows[0]!.n;
 
 describe('npm run cli -- load', () => {
@@ -135,7 +135,7 @@ describe('npm run cli -- load', () => {
 
   it.skipIf(!existsSync('/usr/bin/script'))('shows a progress bar with the rate and the ETA on a terminal', { timeout: 60_000 }, async () => {
     // util-linux's script(1) gives the loader a pseudo-terminal.
-    const command = `exec ${process.execPath} src/cli.ts load --dry-run ${file}`;
+    const command = `exec ${process.execPath} ${cliEntry} load --dry-run ${file}`;
     const run = await runCommand('/usr/bin/script', ['--quiet', '--return', '--command', command, '/dev/null'], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
     const screen = stripVTControlCharacters(run.output);
     expect(screen).toMatch(/[█░]+ 100% \| \d+ lines, \d+ loaded, \d+ refused \| \d+\/s \| ETA /);

@@ -11,7 +11,7 @@ import { createMetrics } from '../src/metrics/metrics.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { baseUrl, serviceBase, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { chromiumMissing, launchChromium } from './support/chromium.ts';
 import { attemptsOf, statusOf, subscribe, untilStatus } from './support/subscriptions.ts';
@@ -423,7 +423,7 @@ describe('a receiver that was down, and one that flaps (issue 33)', () => {
     // subscriptions show says when an event may reactivate it next (held back for longer than the command takes to start).
     await holdEventsBack(flapper);
     const { notBefore } = await backoffOf(flapper);
-    const shown = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', flapper], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+    const shown = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'show', flapper], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
     expect(shown.exitCode, shown.output).toBe(0);
     expect(shown.output).toContain(`\n  next      an event from ${notBefore!.toISOString()} on may reactivate it (flapping: 2 deactivations in a row without a delivery)\n`);
   });

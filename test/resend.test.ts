@@ -8,7 +8,7 @@ import { addTopics } from '../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, type Json } from './support/backport-conformance.ts';
 import { r4Problems } from './support/r4-validation.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
 
@@ -210,10 +210,10 @@ describe('npm run cli -- deliveries resend', () => {
     const event = await eventOf(id, 'cli-1');
     refused.clear();
     const environment = childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
-    const cli = (...args: string[]) => runCommand(process.execPath, ['src/cli.ts', 'deliveries', 'resend', ...args], environment);
+    const cli = (...args: string[]) => runCommand(process.execPath, [cliEntry, 'deliveries', 'resend', ...args], environment);
 
     // The numbers resend takes are those `subscriptions show` prints: the EVENT and CALL columns.
-    const shown = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', id], environment);
+    const shown = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'show', id], environment);
     const failedCall = new RegExp(`^\\S+Z\\s+(\\d+)\\s+notification\\s+(\\d+)\\s+Patient/cli-1/_history/1\\s+1\\s+failed\\s+400\\b`, 'm').exec(shown.output);
     expect(failedCall, shown.output).not.toBeNull();
     const [, callId, eventNumber] = failedCall!;

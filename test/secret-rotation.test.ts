@@ -14,7 +14,7 @@ import { createSecretBox } from '../src/subscriptions/secrets.ts';
 import { addTopics } from '../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, type Json } from './support/backport-conformance.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { startReceiver, waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { subscribe, untilStatus } from './support/subscriptions.ts';
 
@@ -437,7 +437,7 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
 describe('subscriptions rotate-secret ID (CLI)', () => {
   const settings = { SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'), BASE_URL: baseUrl, LOG_LEVEL: 'warn', SECRET_ROTATION_OVERLAP_SECONDS: '3' };
   const cli = (args: string[], input?: string, overrides: Record<string, string> = {}) =>
-    runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'rotate-secret', ...args], childEnvironment({ ...settings, DATABASE_URL: t.database.url, ...overrides }), input);
+    runCommand(process.execPath, [cliEntry, 'subscriptions', 'rotate-secret', ...args], childEnvironment({ ...settings, DATABASE_URL: t.database.url, ...overrides }), input);
 
   it('reads the new secret from standard input, signs with both for the overlap, records the operator; refuses a wrong id, secret or state', { timeout: 60_000 }, async () => {
     const [oldSecret, newSecret] = [secretNamed('cli-old'), secretNamed('cli-new')];

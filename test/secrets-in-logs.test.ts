@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from './support/database.ts';
 import { testSecretsKey } from './support/app.ts';
-import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands } from './support/commands.ts';
 import { freePort, listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';
 import { startSmtpServerOnLoopback } from './support/smtp.ts';
 
@@ -60,7 +60,7 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     cleanups.push(() => receiver.close());
     const tokenUrl = await startTokenEndpoint();
     const port = await freePort();
-    const service = startCommand(process.execPath, ['src/cli.ts', 'serve'], childEnvironment({
+    const service = startCommand(process.execPath, [cliEntry, 'serve'], childEnvironment({
       DATABASE_URL: database.url,
       PORT: String(port),
       LOG_LEVEL: 'trace',

@@ -5,7 +5,7 @@ import { ConfigError, loadConfig } from '../src/config/index.ts';
 import { connectDatabase } from '../src/db/database.ts';
 import { applyMigrations } from '../src/db/migrations.ts';
 import { startService } from '../src/service.ts';
-import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands } from './support/commands.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';
 import { freePort } from './support/receiver.ts';
 
@@ -47,7 +47,7 @@ describe('starting the service on a shared database', () => {
 
 describe('stopping the service', () => {
   it('exits promptly after it logs stopped on SIGTERM (nothing holds the event loop)', { timeout: 60_000 }, async () => {
-    const service = startCommand(process.execPath, ['src/cli.ts', 'serve'], childEnvironment({
+    const service = startCommand(process.execPath, [cliEntry, 'serve'], childEnvironment({
       DATABASE_URL: database.url,
       PORT: String(await freePort()),
       HOST: '127.0.0.1',

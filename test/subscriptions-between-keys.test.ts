@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey } from '../src/auth/api-keys.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import type { Receiver } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
 import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from './support/topics.ts';
@@ -111,13 +111,13 @@ describe('the same criteria for two keys', () => {
 
   it('an operator switches a client\'s off by its id (subscriptions switch-off)', async () => {
     const environment = childEnvironment({ DATABASE_URL: stack.t.database.url, LOG_LEVEL: 'warn' });
-    const run = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'switch-off', alices], environment);
+    const run = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', alices], environment);
     expect(run.output).toBe(`Switched subscription ${alices} off (it was active).\n`);
     expect(run.exitCode).toBe(0);
     const read = (await as('alice', 'GET', `/Subscription/${alices}`)).json().resource;
     expect(read).toMatchObject({ status: 'off', end: expect.any(String) });
-    expect((await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'switch-off', alices], environment)).output).toBe(`Subscription ${alices} was off already.\n`);
-    const unknown = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'switch-off', '00000000-0000-4000-8000-000000000000'], environment);
+    expect((await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', alices], environment)).output).toBe(`Subscription ${alices} was off already.\n`);
+    const unknown = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', '00000000-0000-4000-8000-000000000000'], environment);
     expect(unknown.exitCode).toBe(1);
   });
 });
@@ -189,10 +189,10 @@ describe('keys made without naming scopes', () => {
     const search = async () => (await stack.t.fhir('GET', '/Subscription?_count=1000', undefined, { 'x-api-key': old.key })).json().entry.map((entry: { resource: { id: string } }) => entry.resource.id);
     expect((await search()).length).toBeGreaterThan(1);
     const environment = childEnvironment({ DATABASE_URL: stack.t.database.url, LOG_LEVEL: 'warn' });
-    const run = await runCommand(process.execPath, ['src/cli.ts', 'api-key', 'set-scopes', old.id, 'read,write'], environment);
+    const run = await runCommand(process.execPath, [cliEntry, 'api-key', 'set-scopes', old.id, 'read,write'], environment);
     expect(run.output).toBe(`API key ${old.id} now has the scopes read, write.\n`);
     expect(await search()).toEqual([mine]);
-    const wrong = await runCommand(process.execPath, ['src/cli.ts', 'api-key', 'set-scopes', old.id, 'read,root'], environment);
+    const wrong = await runCommand(process.execPath, [cliEntry, 'api-key', 'set-scopes', old.id, 'read,root'], environment);
     expect(wrong.exitCode).toBe(2);
     expect(wrong.output).toContain('Unknown scope root');
   });

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
-import { childEnvironment } from './support/commands.ts';
+import { childEnvironment, cliEntry } from './support/commands.ts';
 import { startReceiver, waitFor, type Receiver } from './support/receiver.ts';
 import { untilStatus } from './support/subscriptions.ts';
 
@@ -61,7 +61,7 @@ describe('max-calls-per-second', () => {
 
     for (let n = 0; n < 2; n++) {
       workers.push(
-        spawn(process.execPath, ['src/cli.ts', 'worker'], {
+        spawn(process.execPath, [cliEntry, 'worker'], {
           env: childEnvironment({
             DATABASE_URL: t.database.url,
             SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),

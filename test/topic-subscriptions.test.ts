@@ -6,7 +6,7 @@ import { createMetrics } from '../src/metrics/metrics.ts';
 import { minHeartbeatPeriodSeconds } from '../src/subscriptions/requests.ts';
 import { addTopics, retireTopic } from '../src/topics/store.ts';
 import { serviceBase, type TestApp } from './support/app.ts';
-import { childEnvironment, runCommand } from './support/commands.ts';
+import { childEnvironment, cliEntry, runCommand } from './support/commands.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
 import { waitFor, type ReceivedCall, type Receiver } from './support/receiver.ts';
 import { untilDelivered, untilStatus } from './support/subscriptions.ts';
@@ -431,10 +431,10 @@ describe('what operators see', () => {
     await untilDelivered(t, id, 1, 5000);
 
     const environment = childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
-    const show = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'show', id], environment);
+    const show = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'show', id], environment);
     expect(show.exitCode).toBe(0);
     expect(show.output).toContain(`  criteria  ${topicUrl}\n  filters   Encounter?patient=Patient/operators\n  payload   empty\n  events    1 (the latest event's number)\n`);
-    const list = await runCommand(process.execPath, ['src/cli.ts', 'subscriptions', 'list', '--status', 'active'], environment);
+    const list = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'list', '--status', 'active'], environment);
     expect(list.output).toMatch(new RegExp(`${id}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`));
 
     const { rows } = await t.database.pool.query(`SELECT topic_url, topic_version, filter_criteria, payload_content, last_event_number FROM webhook.topic_subscriptions WHERE subscription_id = $1`, [id]);

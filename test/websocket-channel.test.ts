@@ -14,7 +14,7 @@ import { notificationBundle, statusParameters } from '../src/topics/notification
 import { addTopics } from '../src/topics/store.ts';
 import { startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { eventNumbers, notificationProblems, statusValue, type Json } from './support/backport-conformance.ts';
-import { childEnvironment, startCommand, stopStartedCommands } from './support/commands.ts';
+import { childEnvironment, cliEntry, startCommand, stopStartedCommands } from './support/commands.ts';
 import { freePort, waitFor } from './support/receiver.ts';
 import { untilDelivered } from './support/subscriptions.ts';
 
@@ -408,7 +408,7 @@ describe('across processes', () => {
     const key = 'websocket-processes-key-0123456789';
     const start = async () => {
       const port = await freePort();
-      const command = startCommand(process.execPath, ['src/cli.ts', 'api'], {
+      const command = startCommand(process.execPath, [cliEntry, 'api'], {
         ...childEnvironment({
           DATABASE_URL: t.database.url,
           SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),

@@ -22,7 +22,7 @@ import { metadataRoutes } from './routes/metadata.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import { resourceRoutes } from './routes/resources.ts';
 import { searchRoutes } from './routes/search.ts';
-import { subscriptionRoutes } from './routes/subscriptions.ts';
+import { subscriptionRoutes } from './routes/subscriptions/index.ts';
 import { topicRoutes } from './routes/topics.ts';
 import { registerWebsocketRoutes } from './routes/websocket.ts';
 import { createWebsocketServer } from '../channels/websocket/server.ts';

@@ -15,6 +15,9 @@ export function childEnvironment(overrides: NodeJS.ProcessEnv = {}): NodeJS.Proc
   return { ...Object.fromEntries(inherited), ...overrides };
 }
 
+/** The command line's entry file, for a test that runs it with Node (npm run cli runs it with a few flags). */
+export const cliEntry = 'src/cli/main.ts';
+
 export type Finished = { exitCode: number | null; output: string };
 
 /** Runs a command to its end, `input` on its standard input (none without); output is stdout and stderr interleaved. */
