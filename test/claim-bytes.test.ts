@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { claimEvents, claimNextBatch, settleClaim, type ClaimedEvent } from '../src/dispatch/events/log.ts';
+import { claimEvents, claimNextBatch, type ClaimedEvent } from '../src/db/sql/claim-subscription-events.ts';
+import { settleClaim } from '../src/dispatch/events/log.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { type TestApp } from './support/app.ts';
 import { eventNumbers } from './support/backport-conformance.ts';

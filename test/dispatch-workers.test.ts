@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config/index.ts';
-import { maxEventsPerClaim } from '../src/dispatch/events/log.ts';
+import { maxEventsPerClaim } from '../src/db/sql/claim-subscription-events.ts';
 import { startWorkers, type Workers } from '../src/dispatch/worker.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './support/app.ts';
 import { listenOnLoopback, startReceiver, waitFor } from './support/receiver.ts';

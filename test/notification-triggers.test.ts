@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SubscriptionStatus } from '../src/db/schema.ts';
-import { claimEvents, claimNextBatch, eventsChannel, maxEventsPerClaim, settleClaim } from '../src/dispatch/events/log.ts';
+import { claimEvents, claimNextBatch, maxEventsPerClaim } from '../src/db/sql/claim-subscription-events.ts';
+import { eventsChannel, settleClaim } from '../src/dispatch/events/log.ts';
 import { jobPayloads, taskFor, type JobName } from '../src/db/jobs.ts';
 import { compileCriteria } from '../src/search/criteria.ts';
 import { createTestDatabase, type TestDatabase } from './support/database.ts';

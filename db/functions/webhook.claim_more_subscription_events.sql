@@ -4,7 +4,7 @@
 -- like any claim (webhook.prepare_claimed_events), the claim kept. The
 -- worker asks while it is still sending the batch before, so that a long
 -- stream of one subscription does not wait for a release and a new claim
--- between batches (src/dispatch/events/notification.ts).
+-- between batches (src/dispatch/events/delivery/deliver-claim.ts).
 --
 -- Only events after the batch before: an event of the resources in flight is
 -- then a newer version, which the worker sends after them. A retry that came

@@ -28,7 +28,7 @@ import { registerWebsocketRoutes } from './routes/websocket.ts';
 import { createWebsocketServer } from '../channels/websocket/server.ts';
 import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
 import { createCallContext } from '../dispatch/delivery.ts';
-import { numberMissedEvents } from '../dispatch/events/log.ts';
+import { numberMissedEvents } from '../db/sql/number-missed-events.ts';
 import { listenForEvents } from '../dispatch/events/sender.ts';
 import { keepWorkerPoolAlive } from '../dispatch/liveness.ts';
 import { createMetrics } from '../metrics/metrics.ts';

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { releaseWorkOfDeadWorkerPools } from '../db/sql/release-work-of-dead-worker-pools.ts';
 
 /**
  * How often a worker process beats and sweeps. A registration silent for 20 s
@@ -28,8 +29,9 @@ export async function keepWorkerPoolAlive(pool: pg.Pool, { poolId, kind }: Regis
       [poolId, hostname(), process.pid, kind],
     );
   const sweep = async () => {
-    const { rows } = await pool.query<{ pool_id: string; kind: string }>('SELECT pool_id, kind FROM webhook.release_work_of_dead_worker_pools()');
-    for (const dead of rows) logger.warn({ workerPool: dead.pool_id, kind: dead.kind }, 'freed the work of a worker process that is gone');
+    for (const dead of await releaseWorkOfDeadWorkerPools(pool)) {
+      logger.warn({ workerPool: dead.poolId, kind: dead.kind }, 'freed the work of a worker process that is gone');
+    }
     await ownSweep();
   };
 

@@ -4,7 +4,7 @@ import { isUuid, type SubscriptionStatus } from '../db/schema.ts';
 import { loadTarget, type CallContext } from './delivery.ts';
 import { reactivationHandshake } from './tasks/reactivation.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
-import { isSuperseded } from '../subscriptions/state.ts';
+import { isSuperseded } from '../db/sql/subscription-is-superseded.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
 
 /**

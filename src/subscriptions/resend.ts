@@ -1,5 +1,5 @@
-import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
+import { requeueEvents, type RequeuedEventRow } from '../db/sql/resend-events.ts';
 import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
 import { isUuid } from '../db/schema.ts';
@@ -56,9 +56,8 @@ export async function resendEvents(db: Db, subscriptionId: string, selection: Re
     else skipped.push({ ...named(candidate), reason });
   }
   if (!('failedSince' in selection) && skipped.length > 0) throw refusal(`${describe(skipped[0]!)} cannot be sent again: ${skipped[0]!.reason}`);
-  const { rows } = await sql<{ event_number: string | null; resource_type: string; resource_id: string; version_id: number }>`
-    SELECT * FROM webhook.resend_events(${subscription.id}, ${queueable.map((candidate) => candidate.id)}::bigint[])`.execute(db);
-  return { queued: rows.map(named), skipped };
+  const queued = await requeueEvents(db, subscription.id, queueable.map((candidate) => candidate.id));
+  return { queued: queued.map(named), skipped };
 }
 
 async function candidatesOf(db: Db, subscription: { id: string; last_event_number: string }, selection: ResendSelection): Promise<Candidate[]> {
@@ -130,7 +129,7 @@ function whyNot(candidate: Candidate, onTopic: boolean): string | undefined {
   return undefined;
 }
 
-function named(event: { event_number: string | null; resource_type: string; resource_id: string; version_id: number }): ResentEvent {
+function named(event: RequeuedEventRow): ResentEvent {
   return { eventNumber: event.event_number === null ? null : Number(event.event_number), resource: `${event.resource_type}/${event.resource_id}/_history/${event.version_id}` };
 }
 

@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
+import { reactivationBackoff } from '../db/sql/reactivation-backoff.ts';
+import { subscriptionIsSuperseded } from '../db/sql/subscription-is-superseded.ts';
 
 /**
  * The subscription state machine, as the dispatcher drives it. Each change is
@@ -75,12 +77,6 @@ export async function deactivate(db: Db, id: string, reason: string, recipients:
   return String(alert.id);
 }
 
-/** Whether a newer subscription exists for this one's criteria (db/migrations/0005_superseded_subscriptions.sql). */
-export async function isSuperseded(db: Db, id: string): Promise<boolean> {
-  const { rows } = await sql<{ superseded: boolean }>`SELECT webhook.subscription_is_superseded(${id}) AS superseded`.execute(db);
-  return rows[0]?.superseded === true;
-}
-
 /** Error → active after a reactivation handshake, unless superseded meanwhile; whether it happened. */
 export async function reactivate(db: Db, id: string): Promise<boolean> {
   const reactivated = await db
@@ -88,7 +84,7 @@ export async function reactivate(db: Db, id: string): Promise<boolean> {
     .set({ status: 'active', failure_count: 0, error: null })
     .where('id', '=', id)
     .where('status', '=', 'error')
-    .where(sql<boolean>`NOT webhook.subscription_is_superseded(${id})`)
+    .where(sql<boolean>`NOT ${subscriptionIsSuperseded(id)}`)
     .executeTakeFirst();
   return reactivated.numUpdatedRows > 0n;
 }
@@ -125,5 +121,5 @@ export async function releaseReactivation(db: Db, id: string, claimedUntil: Date
 /** One more time in error without a delivery, and the instant before which events leave it there. */
 const oneMoreDeactivation = {
   deactivations_in_a_row: sql<number>`deactivations_in_a_row + 1`,
-  reactivation_not_before: sql<Date>`now() + webhook.reactivation_backoff(deactivations_in_a_row + 1)`,
+  reactivation_not_before: sql<Date>`now() + ${reactivationBackoff(sql<number>`deactivations_in_a_row + 1`)}`,
 };

@@ -3,6 +3,7 @@ import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
 import type { Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
+import { criteriaDigest } from '../db/sql/criteria-digest.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
 import { channelOf } from '../channels/registry.ts';
 import { isUuid, subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
@@ -371,5 +372,5 @@ export async function encryptEndpointCredentials(db: Db, box: SecretBox): Promis
 
 /** The subscriptions whose criteria is `criteria`: by digest for the index (migration 0023), then as text. */
 function sameCriteria(criteria: string) {
-  return sql<boolean>`webhook.criteria_digest(criteria) = webhook.criteria_digest(${criteria}) AND criteria = ${criteria}`;
+  return sql<boolean>`${criteriaDigest(sql.ref('criteria'))} = ${criteriaDigest(sql.val(criteria))} AND criteria = ${criteria}`;
 }

@@ -7,7 +7,7 @@ import { formatParameters, type OperationInput } from '../fhir/parameters.ts';
 import { payloadContents, type PayloadContent } from '../db/schema.ts';
 import type { CompiledTopic } from '../topics/compile.ts';
 import { describeEvents, notificationBundle, statusParameters, type LoggedEvent, type StatusSubject } from '../topics/notification.ts';
-import { numberMissedEvents } from '../dispatch/events/log.ts';
+import { numberMissedEvents } from '../db/sql/number-missed-events.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
 import type { SubscriptionContext } from './store.ts';
 

@@ -56,7 +56,7 @@ export type DispatchParts = {
   register(serverId: string, beat: () => Promise<void>): Promise<{ stop(): Promise<void> }>;
   /** LISTENs on a connection of its own (not through a transaction-mode pooler) to `channel`, until close() (src/dispatch/events/sender.ts). */
   listen(channel: string, applicationName: string, notified: (payload?: string) => void, stopping: () => boolean): { close(): Promise<void> };
-  /** The number of a subscription's latest event, its missed events numbered first (src/dispatch/events/log.ts). */
+  /** The number of a subscription's latest event, its missed events numbered first (src/db/sql/number-missed-events.ts). */
   numberMissedEvents(subscriptionId: string): Promise<number>;
 };
 

@@ -1,9 +1,8 @@
-import { sql } from 'kysely';
-import type { Db } from '../../db/database.ts';
 import { notificationBundle, statusParameters } from '../../topics/notification.ts';
 import { ShutdownAbort } from '../../channels/channel.ts';
 import { attemptRecord, call, countCalls, statusSubject, type DispatchContext, type Target } from '../delivery.ts';
 import { settleClaim } from './log.ts';
+import type { DueHeartbeat } from '../../db/sql/claim-heartbeats.ts';
 
 /**
  * Heartbeats (FHIR Subscriptions Backport IG, backport-heartbeat-period): a
@@ -14,16 +13,6 @@ import { settleClaim } from './log.ts';
  * one comes a period later. It changes no state: a subscriber that fails
  * heartbeats is not deactivated by them (its notifications do that).
  */
-
-/** A heartbeat due: a subscription claimed by this sender, with its latest event number. */
-export type DueHeartbeat = { subscriptionId: string; subscriptionVersion: number; lastEventNumber: number };
-
-/** Claims the heartbeats due, up to `maxSubscriptions` (db/functions/webhook.claim_heartbeats.sql). */
-export async function claimHeartbeats(db: Db, senderId: string, maxSubscriptions: number): Promise<DueHeartbeat[]> {
-  const { rows } = await sql<{ subscription_id: string; subscription_version: number; last_event_number: string }>`
-    SELECT * FROM webhook.claim_heartbeats(${senderId}, ${maxSubscriptions})`.execute(db);
-  return rows.map((row) => ({ subscriptionId: row.subscription_id, subscriptionVersion: row.subscription_version, lastEventNumber: Number(row.last_event_number) }));
-}
 
 /** Sends one heartbeat and records it, releasing the claim (whatever happens). */
 export async function sendHeartbeat(context: DispatchContext, senderId: string, due: DueHeartbeat, target: Target | undefined, signal?: AbortSignal): Promise<void> {

@@ -6,7 +6,8 @@ import type { VersionEvent } from '../../db/jobs.ts';
 /**
  * The subscription event log's contract (webhook.subscription_events and
  * webhook.subscription_streams, migration 0018; the SQL in db/functions/):
- * what the notification trigger writes, how a worker claims, and how it
+ * what the notification trigger writes, how a worker claims (the calls and
+ * the claim's shape: src/db/sql/claim-subscription-events.ts), and how it
  * records what became of each event and releases its claim.
  */
 
@@ -16,96 +17,6 @@ import type { VersionEvent } from '../../db/jobs.ts';
  * test/notification-triggers.test.ts listens on this name).
  */
 export const eventsChannel = 'webhook_subscription_events';
-
-/** At most this many events of one subscription in a claim. */
-export const maxEventsPerClaim = 100;
-
-/** A claim's bytes when its caller sets no bound (tests, one-off tools): as many as max_events allows. */
-const unboundedBytes = Number.MAX_SAFE_INTEGER;
-
-/** An event as claimed: numbered, with the calls made for it so far. */
-export type ClaimedEvent = VersionEvent & {
-  eventId: string;
-  /** The subscription's number of the event (eventsSinceSubscriptionStart once sent). */
-  eventNumber: number;
-  /** Calls made for it before this claim. */
-  attempts: number;
-  /** What its resource version was counted for against the claim's bytes: its size uncompressed, about its JSON text's (0 when gone). */
-  bytes: number;
-};
-
-/** A subscription's due events, claimed by one sender until it releases them. */
-export type Claim = {
-  subscriptionId: string;
-  /** The subscription's versionId when claimed: what it was read as can be reused while it is the same. */
-  subscriptionVersion: number;
-  events: ClaimedEvent[];
-  /** The bytes of its events' versions, as the claim counted them. */
-  bytes: number;
-  /** Whether due events of the subscription were left out (by maxEventsPerClaim or the bytes): the sender asks for them while it sends these. */
-  moreDue: boolean;
-};
-
-/**
- * Claims the due events of up to `maxSubscriptions` subscriptions no sender
- * is sending, up to `maxBytes` of their resource versions in all, but at
- * least one event whatever its size
- * (db/functions/webhook.claim_subscription_events.sql).
- */
-export async function claimEvents(db: Db, senderId: string, maxSubscriptions: number, maxBytes = unboundedBytes): Promise<Claim[]> {
-  const { rows } = await sql<ClaimedRow>`SELECT * FROM webhook.claim_subscription_events(${senderId}, ${maxSubscriptions}, ${maxEventsPerClaim}, ${maxBytes})`.execute(db);
-  return claimsOf(rows);
-}
-
-/**
- * The next batch of a subscription this sender holds: its due events after
- * the event `afterEventId`, up to `maxBytes` of their versions (none past
- * it), the claim kept (db/functions/webhook.claim_more_subscription_events.sql);
- * undefined when there is none, or it is no longer active or no longer this
- * sender's.
- */
-export async function claimNextBatch(db: Db, senderId: string, subscriptionId: string, afterEventId: string, maxBytes = unboundedBytes): Promise<Claim | undefined> {
-  const { rows } = await sql<ClaimedRow>`SELECT * FROM webhook.claim_more_subscription_events(${senderId}, ${subscriptionId}, ${afterEventId}, ${maxEventsPerClaim}, ${maxBytes})`.execute(db);
-  return claimsOf(rows)[0];
-}
-
-/** A row of what the claim functions return (webhook.prepare_claimed_events's, with what the claim counted). */
-type ClaimedRow = {
-  subscription_id: string;
-  subscription_version: number;
-  event_id: string;
-  event_number: string;
-  resource_type: string;
-  resource_id: string;
-  version_id: number;
-  deleted: boolean;
-  attempts: number;
-  bytes: number;
-  more_due: boolean;
-};
-
-function claimsOf(rows: ClaimedRow[]): Claim[] {
-  const claims = new Map<string, Claim>();
-  for (const row of rows) {
-    let claim = claims.get(row.subscription_id);
-    if (claim === undefined) {
-      claim = { subscriptionId: row.subscription_id, subscriptionVersion: row.subscription_version, events: [], bytes: 0, moreDue: row.more_due };
-      claims.set(row.subscription_id, claim);
-    }
-    claim.events.push({
-      eventId: row.event_id,
-      eventNumber: Number(row.event_number),
-      resourceType: row.resource_type,
-      resourceId: row.resource_id,
-      versionId: row.version_id,
-      deleted: row.deleted,
-      attempts: row.attempts,
-      bytes: row.bytes,
-    });
-    claim.bytes += row.bytes;
-  }
-  return [...claims.values()];
-}
 
 /**
  * Adds events to a subscription's log (a reactivated subscription's event; a
@@ -124,17 +35,6 @@ export async function recordEvents(db: Db, subscriptionId: string, events: (Vers
       RETURNING 1
     )
     SELECT pg_notify(${eventsChannel}, '') FROM (SELECT FROM recorded LIMIT 1) any_recorded`.execute(db);
-}
-
-/**
- * Numbers the events a topic-based subscription missed (in error, or
- * abandoned unsent), after the last number given, unless a sender holds it
- * (db/functions/webhook.number_missed_events.sql); returns the last number
- * given: its count of events.
- */
-export async function numberMissedEvents(db: Db, subscriptionId: string): Promise<number> {
-  const { rows } = await sql<{ last: string }>`SELECT webhook.number_missed_events(${subscriptionId}) AS last`.execute(db);
-  return Number(rows[0]?.last ?? 0);
 }
 
 /**

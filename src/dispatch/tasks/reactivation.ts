@@ -1,8 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Db } from '../../db/database.ts';
-import { claimReactivation, failReactivation, isSuperseded, reactivate, releaseReactivation } from '../../subscriptions/state.ts';
+import { claimReactivation, failReactivation, reactivate, releaseReactivation } from '../../subscriptions/state.ts';
+import { isSuperseded } from '../../db/sql/subscription-is-superseded.ts';
 import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type CallContext, type DispatchContext, type Target } from '../delivery.ts';
-import { numberMissedEvents, recordEvents, reopenMissedEvent } from '../events/log.ts';
+import { recordEvents, reopenMissedEvent } from '../events/log.ts';
+import { numberMissedEvents } from '../../db/sql/number-missed-events.ts';
 import type { CallResult } from '../../channels/channel.ts';
 import { eventKey, type ResourceEvent, type VersionEvent } from '../../db/jobs.ts';
 

@@ -1,4 +1,4 @@
-import type { ClaimedEvent } from '../../../src/dispatch/events/log.ts';
+import type { ClaimedEvent } from '../../../src/db/sql/claim-subscription-events.ts';
 import type { CallResult } from '../../../src/channels/channel.ts';
 
 /**

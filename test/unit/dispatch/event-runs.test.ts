@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { topicRuns } from '../../../src/dispatch/events/delivery/build.ts';
-import type { ClaimedEvent } from '../../../src/dispatch/events/log.ts';
+import type { ClaimedEvent } from '../../../src/db/sql/claim-subscription-events.ts';
 import { eventKey } from '../../../src/db/jobs.ts';
 import { claimedEvent, claimedEvents } from './claimed-events.ts';
 

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { judge, withoutFailures, type JudgeContext } from '../../../src/dispatch/events/delivery/judge.ts';
 import type { Sent } from '../../../src/dispatch/events/delivery/send.ts';
-import type { ClaimedEvent } from '../../../src/dispatch/events/log.ts';
+import type { ClaimedEvent } from '../../../src/db/sql/claim-subscription-events.ts';
 import { callResult, claimedEvent, claimedEvents } from './claimed-events.ts';
 
 /**

@@ -6,7 +6,7 @@ import { includedResources } from '../../../search/search.ts';
 import { describeEvents, eventNotification } from '../../../topics/notification.ts';
 import { statusSubject, type DispatchContext, type Target, type TopicTarget } from '../../delivery.ts';
 import { eventKey } from '../../../db/jobs.ts';
-import type { ClaimedEvent } from '../log.ts';
+import type { ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import type { Versions } from './versions.ts';
 
 /**

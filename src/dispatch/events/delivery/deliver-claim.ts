@@ -1,5 +1,5 @@
 import type { DispatchContext, Target } from '../../delivery.ts';
-import type { Claim, ClaimedEvent } from '../log.ts';
+import type { Claim, ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import { notificationsOf } from './build.ts';
 import { judge, startsWithProbe, withoutFailures, type FailingSubscribers } from './judge.ts';
 import { Pacer } from './pacer.ts';

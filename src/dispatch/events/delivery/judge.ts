@@ -1,7 +1,8 @@
 import { attemptRecord, type AttemptOutcome, type DispatchContext, type Target } from '../../delivery.ts';
 import type { CallResult } from '../../../channels/channel.ts';
 import { eventKey } from '../../../db/jobs.ts';
-import type { AttemptRow, ClaimedEvent, EventOutcome } from '../log.ts';
+import type { AttemptRow, EventOutcome } from '../log.ts';
+import type { ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import { retryDelay, type RetrySchedule } from '../retry-delay.ts';
 import type { NotificationOfEvents } from './build.ts';
 import type { Sent } from './send.ts';

@@ -1,5 +1,5 @@
 import { loadTarget, type DispatchContext, type Target } from '../../delivery.ts';
-import type { Claim } from '../log.ts';
+import type { Claim } from '../../../db/sql/claim-subscription-events.ts';
 
 /**
  * The target stage of a claim's delivery (src/dispatch/events/delivery/deliver-claim.ts):
