@@ -4,7 +4,7 @@ import { defineConfig } from 'vitest/config';
  * Files that measure time or rates, or run a compiler against deadlines: they run one at a
  * time after the others, so that no other file's load bends what they measure.
  */
-const alone = ['test/throttle.test.ts', 'test/receivers-doc.test.ts'];
+const alone = ['test/dispatch/throttle.test.ts', 'test/docs/receivers.test.ts'];
 
 export default defineConfig({
   test: {

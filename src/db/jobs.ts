@@ -9,7 +9,7 @@ import type { Db } from './database.ts';
  * subscription store and state machine, the tasks); every task checks its
  * payload with taskFor when the job starts. The notification trigger builds
  * the reactivation payload in SQL (db/functions/webhook.event_payload.sql):
- * test/notification-triggers.test.ts pins it to resourceEvent.
+ * test/db/notification-triggers.test.ts pins it to resourceEvent.
  *
  * Notifications are not jobs: they are events of the subscription event log
  * (src/dispatch/events/).

@@ -14,7 +14,7 @@ import type { VersionEvent } from '../../db/jobs.ts';
 /**
  * The channel the notification trigger notifies once per statement that
  * recorded events (db/functions/webhook.record_subscription_events.sql;
- * test/notification-triggers.test.ts listens on this name).
+ * test/db/notification-triggers.test.ts listens on this name).
  */
 export const eventsChannel = 'webhook_subscription_events';
 
