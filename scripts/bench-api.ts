@@ -50,7 +50,15 @@ async function main(): Promise<number> {
   const failures: string[] = [];
   try {
     const base = `http://127.0.0.1:${port}`;
-    await until(async () => (await request(`${base}/readyz`).then((answer) => answer.statusCode, () => 0)) === 200, 60_000, 'the service');
+    await until(
+      async () =>
+        (await request(`${base}/readyz`).then(
+          (answer) => answer.statusCode,
+          () => 0,
+        )) === 200,
+      60_000,
+      'the service',
+    );
     const receipts: Receipt[] = [];
     receiver.onReceipt((receipt) => receipts.push(receipt));
     const subscriptionId = await subscribe(base, receiver.port);
@@ -64,7 +72,11 @@ async function main(): Promise<number> {
       duration: Number(options.duration),
       headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' },
       requests: [
-        { method: 'POST', path: '/fhir/resources/Patient', body: JSON.stringify({ resourceType: 'Patient', active: true, name: [{ family: 'Loaded', given: ['Bench'] }] }) },
+        {
+          method: 'POST',
+          path: '/fhir/resources/Patient',
+          body: JSON.stringify({ resourceType: 'Patient', active: true, name: [{ family: 'Loaded', given: ['Bench'] }] }),
+        },
         { method: 'GET', path: '/fhir/resources/Patient?family=Loaded&_count=20' },
         { method: 'GET', path: `/fhir/resources/Subscription/${subscriptionId}` },
       ],
@@ -83,9 +95,11 @@ async function main(): Promise<number> {
 
     // --- delivery ---
     const delivered = () => receipts.filter((receipt) => receipt.kind === 'resource');
-    await until(async () => new Set(delivered().map((receipt) => receipt.id)).size >= created, 300_000, 'every created Patient delivered').catch((error: unknown) => {
-      failures.push(String(error));
-    });
+    await until(async () => new Set(delivered().map((receipt) => receipt.id)).size >= created, 300_000, 'every created Patient delivered').catch(
+      (error: unknown) => {
+        failures.push(String(error));
+      },
+    );
     const last = Math.max(...delivered().map((receipt) => receipt.receivedAt));
     const ids = delivered().map((receipt) => receipt.id);
     const duplicates = ids.length - new Set(ids).size;
@@ -102,12 +116,14 @@ async function main(): Promise<number> {
     const idle = await probeHealth(base, 3_000, Promise.resolve());
     const longest = 'a'.repeat(1_024);
     // autocannon's instance is a thenable, not a Promise.
-    const costly = Promise.resolve(autocannon({
-      url: `${base}/fhir/resources/Patient?name:contains=${longest}&_count=1`,
-      connections: 30,
-      duration: 10,
-      headers: { 'x-api-key': apiKey },
-    }));
+    const costly = Promise.resolve(
+      autocannon({
+        url: `${base}/fhir/resources/Patient?name:contains=${longest}&_count=1`,
+        connections: 30,
+        duration: 10,
+        headers: { 'x-api-key': apiKey },
+      }),
+    );
     const busy = await probeHealth(base, 10_000, costly);
     const searches = await costly;
     console.log(

@@ -28,8 +28,21 @@ writeFileSync(
   Array.from({ length: lines }, (_, index) =>
     JSON.stringify(
       index % 2 === 0
-        ? { resourceType: 'Patient', id: `p${index}`, active: true, name: [{ family: `Family${index % 1000}`, given: [`Given${index}`] }], birthDate: '1980-01-01' }
-        : { resourceType: 'Observation', id: `o${index}`, status: 'final', code: { coding: [{ system: 'http://loinc.org', code: '29463-7' }] }, subject: { reference: `Patient/p${index - 1}` }, valueQuantity: { value: index % 200, unit: 'kg' } },
+        ? {
+            resourceType: 'Patient',
+            id: `p${index}`,
+            active: true,
+            name: [{ family: `Family${index % 1000}`, given: [`Given${index}`] }],
+            birthDate: '1980-01-01',
+          }
+        : {
+            resourceType: 'Observation',
+            id: `o${index}`,
+            status: 'final',
+            code: { coding: [{ system: 'http://loinc.org', code: '29463-7' }] },
+            subject: { reference: `Patient/p${index - 1}` },
+            valueQuantity: { value: index % 200, unit: 'kg' },
+          },
     ),
   ).join('\n') + '\n',
 );
@@ -47,7 +60,9 @@ try {
       const seconds = (performance.now() - started) / 1000;
       const summary = /^Loaded .*$/m.exec(run.stdout)?.[0];
       const endToEnd = `${Math.round(lines / seconds).toLocaleString('en-US')} resources/s from the command's start to its exit (${seconds.toFixed(1)} s)`;
-      console.log(`chunk size ${chunkSize}: ${summary === undefined ? `failed (exit ${run.status}): ${run.stdout}${run.stderr}` : `${summary.replace(/\.$/, '')}; ${endToEnd}`}`);
+      console.log(
+        `chunk size ${chunkSize}: ${summary === undefined ? `failed (exit ${run.status}): ${run.stdout}${run.stderr}` : `${summary.replace(/\.$/, '')}; ${endToEnd}`}`,
+      );
       if (run.status !== 0) failed = true;
     } finally {
       await database.drop();

@@ -122,10 +122,18 @@ const searchKinds: { label: string; token: boolean; query: () => string; type?: 
   { label: 'status=booked', token: true, query: () => 'status=booked' },
   { label: 'status=(any of 8)', token: true, query: () => `status=${statuses[pick(statuses.length)]}` },
   { label: `service-type=${serviceSystem}\\|cN`, token: true, query: () => `service-type=${encodeURIComponent(`${serviceSystem}|c${pick(serviceCodes)}`)}` },
-  { label: `identifier=${identifierSystem}\\|AN`, token: true, query: () => `identifier=${encodeURIComponent(`${identifierSystem}|A${1 + pick(appointmentCount)}`)}` },
+  {
+    label: `identifier=${identifierSystem}\\|AN`,
+    token: true,
+    query: () => `identifier=${encodeURIComponent(`${identifierSystem}|A${1 + pick(appointmentCount)}`)}`,
+  },
   { label: 'patient=Patient/pN', token: false, query: () => `patient=${patientReference(pick(patientCount))}` },
   { label: 'status=booked&_include=Appointment:patient', token: true, query: () => 'status=booked&_include=Appointment:patient' },
-  { label: 'patient.identifier=http://example.org/mrn\\|MRNn (chain)', token: false, query: () => `patient.identifier=${encodeURIComponent(`http://example.org/mrn|MRN${1 + pick(patientCount)}`)}` },
+  {
+    label: 'patient.identifier=http://example.org/mrn\\|MRNn (chain)',
+    token: false,
+    query: () => `patient.identifier=${encodeURIComponent(`http://example.org/mrn|MRN${1 + pick(patientCount)}`)}`,
+  },
   { label: 'patient.name=FamilyN (chain, a string: no index)', token: false, query: () => `patient.name=Family${pick(997)}` },
   {
     label: `Patient?_has:Appointment:patient:identifier=${identifierSystem}\\|An`,
@@ -259,7 +267,8 @@ async function main(): Promise<void> {
       `SELECT count(*) FROM fhir.resources WHERE resource_type IN ('Patient', 'Practitioner') AND resource_type || '/' || id = ANY($1::text[])`,
       [named],
     );
-    if (Number(found.rows[0]!.count) !== named.length) throw new Error(`The subscription mix names ${named.length} references, only ${found.rows[0]!.count} exist`);
+    if (Number(found.rows[0]!.count) !== named.length)
+      throw new Error(`The subscription mix names ${named.length} references, only ${found.rows[0]!.count} exist`);
     console.log(`The subscription mix names ${named.length} distinct Patient/Practitioner references, all of them existing.\n`);
 
     // ---------------------------------------------------------------- 1. search
@@ -297,7 +306,14 @@ async function main(): Promise<void> {
       const text = plan.rows.map((row) => row['QUERY PLAN']).join('\n');
       const gin = text.includes('resources_content');
       const byDate = text.includes('resources_by_type_and_last_updated');
-      const used = gin && byDate ? 'both indexes' : gin ? 'GIN index resources_content' : byDate ? '(resource_type, last_updated, id) index' : 'no index (sequential scan)';
+      const used =
+        gin && byDate
+          ? 'both indexes'
+          : gin
+            ? 'GIN index resources_content'
+            : byDate
+              ? '(resource_type, last_updated, id) index'
+              : 'no index (sequential scan)';
       console.log(`\n${title}: \`Appointment?${rawQuery}\`, predicate \`${predicate}\`\n\n\`\`\`\n${text}\n\`\`\`\n→ uses ${used}`);
       return used;
     };
@@ -358,10 +374,7 @@ async function matching(client: pg.PoolClient, summary: [string, string][]): Pro
     for (let round = 0; round <= rounds; round++) {
       await client.query('BEGIN');
       const time = await timed(client, insert);
-      events = Number(
-        (await client.query<{ events: string }>('SELECT count(*) AS events FROM webhook.subscription_events'))
-          .rows[0]!.events,
-      );
+      events = Number((await client.query<{ events: string }>('SELECT count(*) AS events FROM webhook.subscription_events')).rows[0]!.events);
       await client.query('ROLLBACK');
       if (round > 0) times.push(time);
     }

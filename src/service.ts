@@ -131,8 +131,7 @@ async function ensureApiKey({ db }: DatabaseHandle, config: Config, logger: Logg
   } catch (error) {
     logger.warn(
       { file, error },
-      `no API key exists, and none was made: the first one could not be written to ${file}. ` +
-        `Set BOOTSTRAP_API_KEY, or make one with: ${makeAnotherKey}`,
+      `no API key exists, and none was made: the first one could not be written to ${file}. ` + `Set BOOTSTRAP_API_KEY, or make one with: ${makeAnotherKey}`,
     );
     return;
   }

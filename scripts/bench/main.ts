@@ -130,7 +130,8 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
     if (wanted('outage')) measured.push(...(await outage(scratch.url, receiver, kind, Number(options.outageSeconds))));
     if (kind === 'worker') await measure('backlog', () => backlog(scratch.url, receiver, Number(options.backlog)));
     const peak = Math.max(...measured.map((row) => row.peakRssMiB ?? 0));
-    if (peak > 0) measured.push({ row: 'peak RSS of the dispatcher process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });
+    if (peak > 0)
+      measured.push({ row: 'peak RSS of the dispatcher process, over the rows above', figure: peak, unit: 'MiB', target: '≤ 300 MiB', met: peak <= 300 });
     if (kind === 'worker') {
       await measure('topic', () => topicTriggerCost(scratch.url));
       if (wanted('scaling')) measured.push(...(await scaling(scratch.url, receiver)));

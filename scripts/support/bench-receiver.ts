@@ -45,7 +45,10 @@ export type BenchReceiver = {
 
 /** Starts the receiver process; every call it gets is handed to the current onReceipt handler. */
 export async function startBenchReceiver(secret: string): Promise<BenchReceiver> {
-  const child = fork(import.meta.filename, [], { env: { ...process.env, BENCH_RECEIVER: '1', BENCH_SECRET: secret }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(import.meta.filename, [], {
+    env: { ...process.env, BENCH_RECEIVER: '1', BENCH_SECRET: secret },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   let handler: (receipt: Receipt) => void = () => undefined;
   const port = await new Promise<number>((resolve, reject) => {
     child.once('error', reject);
@@ -56,7 +59,8 @@ export async function startBenchReceiver(secret: string): Promise<BenchReceiver>
     });
   });
   child.removeAllListeners('exit');
-  const setOutage = (on: boolean) => new Promise<void>((resolve, reject) => child.send({ type: 'outage', on } satisfies Command, (error) => (error ? reject(error) : resolve())));
+  const setOutage = (on: boolean) =>
+    new Promise<void>((resolve, reject) => child.send({ type: 'outage', on } satisfies Command, (error) => (error ? reject(error) : resolve())));
   return { port, onReceipt: (next) => (handler = next), setOutage, stop: () => child.kill() };
 }
 
@@ -93,7 +97,16 @@ function serve(secret: string): void {
       const eventNumbers = topicEventNumbers(json);
       const kind = json.resourceType === 'Bundle' && json.type === 'history' ? (eventNumbers.length > 0 ? 'notification' : 'handshake') : 'resource';
       const lastUpdated = json.meta?.lastUpdated === undefined ? Number.NaN : parseInstant(json.meta.lastUpdated);
-      batch.push({ path: request.url ?? '', kind, eventNumbers, id: json.id ?? '', versionId: json.meta?.versionId ?? '', lastUpdated, signatureOk, receivedAt });
+      batch.push({
+        path: request.url ?? '',
+        kind,
+        eventNumbers,
+        id: json.id ?? '',
+        versionId: json.meta?.versionId ?? '',
+        lastUpdated,
+        signatureOk,
+        receivedAt,
+      });
       if (!flushing) {
         flushing = true;
         setImmediate(flush);
@@ -117,7 +130,9 @@ type Notified = {
 /** The event numbers of a topic-based notification's status (its notification-event parameters), in its order. */
 function topicEventNumbers(json: Notified): number[] {
   const parameters = json.resourceType === 'Bundle' ? (json.entry?.[0]?.resource?.parameter ?? []) : [];
-  return parameters.filter((parameter) => parameter.name === 'notification-event').map((event) => Number(event.part?.find((part) => part.name === 'event-number')?.valueString));
+  return parameters
+    .filter((parameter) => parameter.name === 'notification-event')
+    .map((event) => Number(event.part?.find((part) => part.name === 'event-number')?.valueString));
 }
 
 /** A FHIR instant with microseconds (2026-01-01T09:00:00.123456Z) as epoch ms, keeping the fraction. */

@@ -55,9 +55,7 @@ export function readR4Definitions(): R4Definitions {
     .map((entry) => entry.resource)
     .filter(
       (definition) =>
-        definition.resourceType === 'StructureDefinition' &&
-        definition.kind === 'complex-type' &&
-        definition.url === r4StructureDefinition + definition.name,
+        definition.resourceType === 'StructureDefinition' && definition.kind === 'complex-type' && definition.url === r4StructureDefinition + definition.name,
     );
   // A choice element (`Observation.value[x]`) is listed without its `[x]`, with `choice` set.
   const elementTypes = Object.fromEntries(

@@ -92,7 +92,12 @@ export async function buildApp({
     // A search's query may be 16,384 characters (src/search/query.ts): the request head holds it and the headers (Node's default is 16 KiB in all).
     serverFactory: (handler) =>
       createServer(
-        { requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs), maxHeaderSize: 32 * 1024 },
+        {
+          requestTimeout: requestTimeoutMs,
+          headersTimeout: requestTimeoutMs,
+          connectionsCheckingInterval: Math.min(1_000, requestTimeoutMs),
+          maxHeaderSize: 32 * 1024,
+        },
         handler,
       ),
   });
@@ -194,7 +199,13 @@ export async function buildApp({
       // FHIR bodies are JSON; anything else is 415, not a string that fails validation later.
       fhir.removeContentTypeParser('text/plain');
       await fhir.register(metadataRoutes, { db: database.db, serviceBase, softwareVersion: packageJson.version });
-      await fhir.register(subscriptionRoutes, { db: database.db, serviceBase, context: subscriptions, calls: calls.context, bindingTokenSeconds: websocket.bindingTokenSeconds });
+      await fhir.register(subscriptionRoutes, {
+        db: database.db,
+        serviceBase,
+        context: subscriptions,
+        calls: calls.context,
+        bindingTokenSeconds: websocket.bindingTokenSeconds,
+      });
       await fhir.register(topicRoutes, { db: database.db, serviceBase });
       await fhir.register(bundleRoutes, { db: database.db, serviceBase, subscriptions });
       await fhir.register(searchRoutes, { db: database.db, serviceBase });

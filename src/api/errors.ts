@@ -39,7 +39,8 @@ export function errorOutcome(error: FastifyError, request: FastifyRequest): { st
     return { status: 415, outcome: operationOutcome('not-supported', `Unsupported Content-Type '${sent}': send application/fhir+json or application/json`) };
   }
   // A date the API's own checks let through and PostgreSQL refuses (out of range, malformed): the request's fault, not a bug.
-  if (error.code === '22007' || error.code === '22008') return { status: 400, outcome: operationOutcome('invalid', `A date or time in the request is not valid: ${error.message}`) };
+  if (error.code === '22007' || error.code === '22008')
+    return { status: 400, outcome: operationOutcome('invalid', `A date or time in the request is not valid: ${error.message}`) };
   const unavailable = databaseUnavailable(error);
   if (unavailable !== undefined) {
     request.log.warn({ err: error }, 'database unavailable for the request');
@@ -64,10 +65,13 @@ function databaseUnavailable(error: Error & { code?: unknown }): OperationOutcom
   if (code === '57014') return operationOutcome('timeout', 'The request took longer than the database allows an API request (30 s): narrow it, or retry later');
   if (code === '55P03') return operationOutcome('lock-error', 'A resource the request writes is locked by another transaction: retry later');
   // Two transactions that waited for each other (conditional writes of two Bundles in opposite orders, say): one is cancelled, and may be sent again.
-  if (code === '40P01' || code === '40001') return operationOutcome('transient', 'The request conflicted with a concurrent one and was rolled back: send it again');
+  if (code === '40P01' || code === '40001')
+    return operationOutcome('transient', 'The request conflicted with a concurrent one and was rolled back: send it again');
   const down =
     code.startsWith('08') || // connection exceptions
-    code === '57P01' || code === '57P02' || code === '57P03' || // shutdown, crash, cannot connect now
+    code === '57P01' ||
+    code === '57P02' ||
+    code === '57P03' || // shutdown, crash, cannot connect now
     ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT'].includes(code) ||
     /Connection terminated|timeout exceeded when trying to connect/.test(error.message);
   return down ? operationOutcome('transient', 'The database is unavailable: retry later') : undefined;
@@ -141,10 +145,14 @@ const jsonFormats = new Set(['json', ...servedMediaTypes]);
 export function unservedFormat(accept: string | undefined, format: string | undefined): FhirError | undefined {
   if (format !== undefined) {
     const name = format.split(';')[0]!.trim().toLowerCase();
-    return jsonFormats.has(name) ? undefined : new FhirError(406, 'not-supported', `_format=${format} is not served: this server answers FHIR JSON only (_format=json)`);
+    return jsonFormats.has(name)
+      ? undefined
+      : new FhirError(406, 'not-supported', `_format=${format} is not served: this server answers FHIR JSON only (_format=json)`);
   }
   if (accept === undefined || accept.trim() === '') return undefined;
   const ranges = accept.split(',').map((range) => range.split(';')[0]!.trim().toLowerCase());
   const servable = ranges.some((range) => range === '*/*' || range === 'application/*' || servedMediaTypes.includes(range));
-  return servable ? undefined : new FhirError(406, 'not-supported', `Accept: ${accept} is not served: this server answers application/fhir+json (or application/json) only`);
+  return servable
+    ? undefined
+    : new FhirError(406, 'not-supported', `Accept: ${accept} is not served: this server answers application/fhir+json (or application/json) only`);
 }

@@ -23,9 +23,11 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     // Fastify types the default parser as possibly async; it calls done either way.
     void parseJson(request, text, (error, value) => {
       // Fastify's own words blame the content type; the body is what is wrong: say where.
-      if (error !== null && (error as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY') return done(badRequest(`The body is not valid JSON: ${jsonProblem(text)}`));
+      if (error !== null && (error as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY')
+        return done(badRequest(`The body is not valid JSON: ${jsonProblem(text)}`));
       // 1e400 (or 400 digits) parses as Infinity, which JSON cannot hold: stored, it would come back as null.
-      if (error === null && /\d[eE]\+?\d{3}|\d{309}/.test(text) && holdsNonFiniteNumber(value)) return done(badRequest('The body has a number too large for JSON (over about 1.8e308)'));
+      if (error === null && /\d[eE]\+?\d{3}|\d{309}/.test(text) && holdsNonFiniteNumber(value))
+        return done(badRequest('The body has a number too large for JSON (over about 1.8e308)'));
       done(error, value);
     });
   };
@@ -52,7 +54,8 @@ function nestingExceeds(text: string, limit: number): boolean {
   for (let index = 0; index < text.length; index++) {
     const char = text.charCodeAt(index);
     if (inString) {
-      if (char === 0x5c) index++; // a backslash escapes the next character
+      if (char === 0x5c)
+        index++; // a backslash escapes the next character
       else if (char === 0x22) inString = false;
     } else if (char === 0x22) {
       inString = true;

@@ -37,14 +37,29 @@ export const resource = z
     meta: z.looseObject({ versionId: z.string().optional(), lastUpdated: z.string().optional() }).optional(),
   })
   .describe('A FHIR R4 resource')
-  .meta(example({ resourceType: 'Patient', id: '8b1f0c3e-5d2a-4e8b-9c71-2f6a1d3e4b50', meta: { versionId: '1', lastUpdated: '2025-03-04T05:06:07.123456Z' }, active: true }));
+  .meta(
+    example({
+      resourceType: 'Patient',
+      id: '8b1f0c3e-5d2a-4e8b-9c71-2f6a1d3e4b50',
+      meta: { versionId: '1', lastUpdated: '2025-03-04T05:06:07.123456Z' },
+      active: true,
+    }),
+  );
 
 const bundleEntry = z.looseObject({
   fullUrl: z.string().optional(),
   resource: resource.optional(),
   search: z.object({ mode: z.enum(['match', 'include', 'outcome']) }).optional(),
   request: z.looseObject({ method: z.string(), url: z.string() }).optional(),
-  response: z.looseObject({ status: z.string(), location: z.string().optional(), etag: z.string().optional(), lastModified: z.string().optional(), outcome: operationOutcome.optional() }).optional(),
+  response: z
+    .looseObject({
+      status: z.string(),
+      location: z.string().optional(),
+      etag: z.string().optional(),
+      lastModified: z.string().optional(),
+      outcome: operationOutcome.optional(),
+    })
+    .optional(),
 });
 
 export const bundle = z

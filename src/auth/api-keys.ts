@@ -63,11 +63,7 @@ export async function createApiKey(db: Db, name: string, scopes: readonly ApiKey
 }
 
 export async function listApiKeys(db: Db): Promise<ApiKeyInfo[]> {
-  const rows = await db
-    .selectFrom('webhook.api_keys')
-    .select(['id', 'name', 'created_at', 'revoked_at', 'scopes'])
-    .orderBy('created_at')
-    .execute();
+  const rows = await db.selectFrom('webhook.api_keys').select(['id', 'name', 'created_at', 'revoked_at', 'scopes']).orderBy('created_at').execute();
   return rows.map((row) => ({ id: row.id, name: row.name, createdAt: row.created_at, revokedAt: row.revoked_at, scopes: row.scopes }));
 }
 

@@ -115,8 +115,7 @@ export type ConnectedClient = { connection: string; address: string; server: str
  *   endpoint, and `connected` tells who is connected now.
  */
 export type Receivers =
-  | { at: 'endpoint' }
-  | { at: 'service'; url(baseUrl: string): string; connected(db: Db, subscriptionId: string): Promise<ConnectedClient[]> };
+  { at: 'endpoint' } | { at: 'service'; url(baseUrl: string): string; connected(db: Db, subscriptionId: string): Promise<ConnectedClient[]> };
 
 /**
  * A channel: how it sends, and what the rest of the service needs to know

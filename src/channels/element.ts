@@ -13,7 +13,10 @@ export const required = (name: string) => ({
 const acceptedPayloads = new Set(['application/fhir+json', 'application/json']);
 
 /** channel.payload: FHIR JSON (application/json is taken as the same). */
-export const payload = z.string().refine((value) => acceptedPayloads.has(value), 'channel.payload must be application/fhir+json').optional();
+export const payload = z
+  .string()
+  .refine((value) => acceptedPayloads.has(value), 'channel.payload must be application/fhir+json')
+  .optional();
 
 /** An element that must not be given: `message` says why (described as never there). */
 export const absent = (message: string) => z.never({ error: message }).optional();

@@ -25,7 +25,9 @@ export function registerApiKeyCommands(program: Command): void {
     );
   apiKey
     .command('set-scopes')
-    .description("give a key other scopes, the key itself unchanged (its subscriptions stay its own): e.g. read,write for a client's key made before scopes existed, which holds admin")
+    .description(
+      "give a key other scopes, the key itself unchanged (its subscriptions stay its own): e.g. read,write for a client's key made before scopes existed, which holds admin",
+    )
     .argument('<id>', "the key's id, as api-key list shows it")
     .argument('<scopes>', 'comma list of read, write, admin')
     .action((id: string, scopesText: string) =>

@@ -10,7 +10,8 @@ import { attemptCells } from './text.ts';
 
 /** This group's own modules, loaded when one of its commands runs (src/cli/main.ts says why). */
 const overview = () => import('../operations/delivery-overview.ts');
-const resending = () => Promise.all([import('../subscriptions/resend.ts'), import('../subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
+const resending = () =>
+  Promise.all([import('../subscriptions/resend.ts'), import('../subscriptions/requests.ts')]).then(([resend, requests]) => ({ ...resend, ...requests }));
 
 /** `deliveries tail | resend`. */
 export function registerDeliveriesCommands(program: Command): void {
@@ -22,10 +23,22 @@ export function registerDeliveriesCommands(program: Command): void {
     .action((options: { subscription?: string }) => withDatabase((database) => tailDeliveries(database.db, options.subscription)));
   deliveries
     .command('resend')
-    .description('send recorded events of an active subscription again (same event number, version and webhook-id): one event, or every event failed for good since an instant')
+    .description(
+      'send recorded events of an active subscription again (same event number, version and webhook-id): one event, or every event failed for good since an instant',
+    )
     .argument('<subscription-id>', "the subscription's id")
-    .addOption(new Option('--event <number>', "the event with this number (the EVENT column of subscriptions show, or deliveries tail's 'event N')").conflicts(['attempt', 'failedSince']))
-    .addOption(new Option('--attempt <id>', "the event of this recorded call (the CALL column of subscriptions show, or deliveries tail's 'call N'; webhook.delivery_attempts.id)").conflicts(['failedSince']))
+    .addOption(
+      new Option('--event <number>', "the event with this number (the EVENT column of subscriptions show, or deliveries tail's 'event N')").conflicts([
+        'attempt',
+        'failedSince',
+      ]),
+    )
+    .addOption(
+      new Option(
+        '--attempt <id>',
+        "the event of this recorded call (the CALL column of subscriptions show, or deliveries tail's 'call N'; webhook.delivery_attempts.id)",
+      ).conflicts(['failedSince']),
+    )
     .option('--failed-since <instant>', 'every event that failed for good since this instant (ISO 8601, e.g. 2026-11-25T09:00:00Z)')
     .action((id: string, options: { event?: string; attempt?: string; failedSince?: string }) => withDatabase((database) => resend(database.db, id, options)));
 }
@@ -91,7 +104,8 @@ async function resend(db: Db, subscriptionId: string, options: { event?: string;
     if (error instanceof FhirError) throw new CommandError(`Not resent: ${refusalReason(error)}.`);
     throw error;
   }
-  const line = (event: { eventNumber: number | null; resource: string }) => `${event.eventNumber === null ? '' : `event ${event.eventNumber} `}${event.resource}`;
+  const line = (event: { eventNumber: number | null; resource: string }) =>
+    `${event.eventNumber === null ? '' : `event ${event.eventNumber} `}${event.resource}`;
   for (const event of outcome.queued) console.log(`Queued ${line(event)}`);
   for (const event of outcome.skipped) console.log(`Skipped ${line(event)}: ${event.reason}`);
   if (outcome.queued.length === 0 && outcome.skipped.length === 0) console.log(`${nothingToResend}.`);

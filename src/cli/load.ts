@@ -15,7 +15,9 @@ const loading = () => import('../loading/ndjson.ts');
 export function registerLoadCommand(program: Command): void {
   program
     .command('load')
-    .description('load FHIR Bulk Data NDJSON files (.ndjson, .ndjson.gz) into the store, a transaction per chunk: a committed chunk notifies its subscribers, a failed one nobody')
+    .description(
+      'load FHIR Bulk Data NDJSON files (.ndjson, .ndjson.gz) into the store, a transaction per chunk: a committed chunk notifies its subscribers, a failed one nobody',
+    )
     .argument('<files...>', 'NDJSON files, one resource per line, any mix of types')
     .option('--chunk-size <n>', 'resources per transaction', parsePositiveInteger, 1000)
     .option('--dry-run', 'check every line and report, write nothing')
@@ -32,7 +34,8 @@ async function unreadable(file: string): Promise<string | undefined> {
     return undefined;
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return path.isAbsolute(file) ? 'no such file' : `no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder)`;
+    if (code === 'ENOENT')
+      return path.isAbsolute(file) ? 'no such file' : `no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder)`;
     if (code === 'EACCES') return 'not readable by this user';
     return describeError(error);
   }
@@ -54,7 +57,10 @@ async function load(db: Db, files: string[], options: { chunkSize: number; dryRu
     if (problem !== undefined) throw new CommandError(`Cannot read ${file}: ${problem}.`, 2);
   }
   const bar = process.stderr.isTTY
-    ? new SingleBar({ format: '{bar} {percentage}% | {lines} lines, {loaded} loaded, {refused} refused | {rate}/s | ETA {eta_formatted}', hideCursor: true }, Presets.shades_classic)
+    ? new SingleBar(
+        { format: '{bar} {percentage}% | {lines} lines, {loaded} loaded, {refused} refused | {rate}/s | ETA {eta_formatted}', hideCursor: true },
+        Presets.shades_classic,
+      )
     : undefined;
   const started = performance.now();
   let lastLine = started;
@@ -65,15 +71,21 @@ async function load(db: Db, files: string[], options: { chunkSize: number; dryRu
       bar.update(bytesRead, { lines, loaded, refused, rate });
     } else if (performance.now() - lastLine >= 2_000) {
       lastLine = performance.now();
-      console.log(`${lines} lines read (${Math.round((100 * bytesRead) / Math.max(totalBytes, 1))}%), ${loaded} ${options.dryRun ? 'valid' : 'loaded'}, ${refused} refused, ${rate} lines/s`);
+      console.log(
+        `${lines} lines read (${Math.round((100 * bytesRead) / Math.max(totalBytes, 1))}%), ${loaded} ${options.dryRun ? 'valid' : 'loaded'}, ${refused} refused, ${rate} lines/s`,
+      );
     }
   };
   const { loadNdjson } = await loading();
   const summary = await loadNdjson(db, files, { ...options, onProgress }).finally(() => bar?.stop());
   const verb = options.dryRun ? 'Checked (dry run, nothing written):' : 'Loaded';
-  console.log(`${verb} ${summary.loaded} resources of ${summary.lines} lines in ${summary.seconds.toFixed(1)} s (${Math.round(summary.loaded / Math.max(summary.seconds, 0.001))} resources/s).`);
+  console.log(
+    `${verb} ${summary.loaded} resources of ${summary.lines} lines in ${summary.seconds.toFixed(1)} s (${Math.round(summary.loaded / Math.max(summary.seconds, 0.001))} resources/s).`,
+  );
   if (summary.refusals.length === 0) return;
-  const shown = summary.refusals.slice(0, 100).map(({ file, line, lastLine, reason }) => `  ${file}:${lastLine === undefined ? line : `${line}-${lastLine}`}: ${reason}`);
+  const shown = summary.refusals
+    .slice(0, 100)
+    .map(({ file, line, lastLine, reason }) => `  ${file}:${lastLine === undefined ? line : `${line}-${lastLine}`}: ${reason}`);
   const more = summary.refusals.length > shown.length ? [`  … and ${summary.refusals.length - shown.length} more`] : [];
   throw new CommandError([`Not loaded: ${summary.refused} lines.`, ...shown, ...more].join('\n'));
 }

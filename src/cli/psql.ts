@@ -37,7 +37,11 @@ async function psql(args: string[]): Promise<void> {
     }).catch((error: unknown) => {
       if ((error as { code?: unknown }).code !== 'ENOENT') throw error;
       const passwordIsIn =
-        config.databaseUrl === undefined ? path.resolve(config.embeddedDataDir, 'postgres.password') : config.databaseDirectUrl === undefined ? 'DATABASE_URL' : 'DATABASE_DIRECT_URL';
+        config.databaseUrl === undefined
+          ? path.resolve(config.embeddedDataDir, 'postgres.password')
+          : config.databaseDirectUrl === undefined
+            ? 'DATABASE_URL'
+            : 'DATABASE_DIRECT_URL';
       throw new CommandError(`psql is not installed here. Connect with any PostgreSQL client to:\n  ${url.toString()}\nwith the password in ${passwordIsIn}.`);
     });
     if (exitCode !== 0) throw new CommandError(`psql exited with code ${exitCode}`);

@@ -10,8 +10,14 @@ export function registerServeCommands(program: Command): void {
     .command('serve')
     .description("the HTTP API and the dispatcher's workers (what npm start runs)")
     .action(() => serve({ api: true, workers: true }));
-  program.command('api').description('the HTTP API only').action(() => serve({ api: true, workers: false }));
-  program.command('worker').description("the dispatcher's workers only; run as many as you like on one database").action(() => serve({ api: false, workers: true }));
+  program
+    .command('api')
+    .description('the HTTP API only')
+    .action(() => serve({ api: true, workers: false }));
+  program
+    .command('worker')
+    .description("the dispatcher's workers only; run as many as you like on one database")
+    .action(() => serve({ api: false, workers: true }));
 }
 
 /**

@@ -13,18 +13,22 @@ const overview = () => import('../operations/delivery-overview.ts');
 const reactivating = () => import('../subscriptions/reactivation-requests.ts');
 
 const rotating = () =>
-  Promise.all([import('../subscriptions/rotation.ts'), import('../subscriptions/secrets.ts'), import('../subscriptions/requests.ts')]).then(([rotation, secrets, requests]) => ({
-    ...rotation,
-    ...secrets,
-    ...requests,
-  }));
+  Promise.all([import('../subscriptions/rotation.ts'), import('../subscriptions/secrets.ts'), import('../subscriptions/requests.ts')]).then(
+    ([rotation, secrets, requests]) => ({
+      ...rotation,
+      ...secrets,
+      ...requests,
+    }),
+  );
 
 /** `subscriptions list | show | reactivate | rotate-secret | switch-off`. */
 export function registerSubscriptionsCommands(program: Command): void {
   const subscriptions = program.command('subscriptions').description('the subscriptions: their state, their calls, what is queued');
   subscriptions
     .command('list')
-    .description(`list the subscriptions: id, status, failed calls since the last success, deactivations in the last 24 hours (more than one: a flapping subscriber), the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; a value over ${maxColumnWidth} characters runs past its column on its own line`)
+    .description(
+      `list the subscriptions: id, status, failed calls since the last success, deactivations in the last 24 hours (more than one: a flapping subscriber), the last success, criteria (a topic with its filters and payload level), endpoint (credentials masked), error; a value over ${maxColumnWidth} characters runs past its column on its own line`,
+    )
     .option('--status <statuses>', 'only these: a comma list of requested, active, error, off', parseStatuses)
     .action((options: { status?: SubscriptionStatus[] }) =>
       withDatabase(async ({ db }) => {
@@ -39,7 +43,11 @@ export function registerSubscriptionsCommands(program: Command): void {
           row.endpoint,
           row.error ?? '',
         ]);
-        console.log(rows.length === 0 ? 'No subscriptions.' : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'DEACTIVATIONS 24H', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows));
+        console.log(
+          rows.length === 0
+            ? 'No subscriptions.'
+            : table(['ID', 'STATUS', 'FAILED CALLS SINCE SUCCESS', 'DEACTIVATIONS 24H', 'LAST SUCCESS', 'CRITERIA', 'ENDPOINT', 'ERROR'], rows),
+        );
       }),
     );
   subscriptions
@@ -72,10 +80,22 @@ export function registerSubscriptionsCommands(program: Command): void {
         );
         const calls = await recentAttempts(db, subscription.id);
         // CALL and EVENT are what `deliveries resend --attempt` and `--event` take.
-        console.log(`\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'CALL', 'KIND', 'EVENT', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR', 'ANSWER'], calls.map(attemptCells))}`);
+        console.log(
+          `\nLast calls (newest first):\n${calls.length === 0 ? '  none' : table(['STARTED', 'CALL', 'KIND', 'EVENT', 'RESOURCE', 'ATTEMPT', 'OUTCOME', 'HTTP', 'MS', 'ERROR', 'ANSWER'], calls.map(attemptCells))}`,
+        );
         const queued = await queuedWork(db, subscription.id);
-        const queuedRows = queued.map((work) => [work.task, String(work.items), String(work.waiting), String(work.scheduled), String(work.running), work.waitingSince?.toISOString() ?? '', work.nextRunAt?.toISOString() ?? '']);
-        console.log(`\nQueued:\n${queued.length === 0 ? '  nothing' : table(['WORK', 'ITEMS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`);
+        const queuedRows = queued.map((work) => [
+          work.task,
+          String(work.items),
+          String(work.waiting),
+          String(work.scheduled),
+          String(work.running),
+          work.waitingSince?.toISOString() ?? '',
+          work.nextRunAt?.toISOString() ?? '',
+        ]);
+        console.log(
+          `\nQueued:\n${queued.length === 0 ? '  nothing' : table(['WORK', 'ITEMS', 'WAITING', 'SCHEDULED', 'RUNNING', 'WAITING SINCE', 'NEXT RUN'], queuedRows)}`,
+        );
       }),
     );
 
@@ -97,13 +117,17 @@ export function registerSubscriptionsCommands(program: Command): void {
         "Run it with the service's SECRETS_ENCRYPTION_KEY",
     )
     .argument('<id>', "the subscription's id")
-    .option('--overlap-seconds <seconds>', `how long the previous secret signs calls too, 0 to ${maxSecretRotationOverlapSeconds} (default: SECRET_ROTATION_OVERLAP_SECONDS, a day)`, parseOverlapSeconds)
+    .option(
+      '--overlap-seconds <seconds>',
+      `how long the previous secret signs calls too, 0 to ${maxSecretRotationOverlapSeconds} (default: SECRET_ROTATION_OVERLAP_SECONDS, a day)`,
+      parseOverlapSeconds,
+    )
     .action((id: string, options: { overlapSeconds?: number }) => rotateSecret(id, options));
 
   subscriptions
     .command('switch-off')
     .description(
-      "switch a subscription off by its id, whichever API key created it (a client switches off only its own, by criteria): it becomes off, with end set, and is never called again",
+      'switch a subscription off by its id, whichever API key created it (a client switches off only its own, by criteria): it becomes off, with end set, and is never called again',
     )
     .argument('<id>', "the subscription's id")
     .action((id: string) => switchOff(id));
@@ -167,12 +191,16 @@ function parseWaitSeconds(value: string): number {
 async function rotateSecret(id: string, options: { overlapSeconds?: number }): Promise<void> {
   if (!z.uuid().safeParse(id).success) throw new CommandError(`'${id}' is not a subscription id (a UUID, as subscriptions list shows it).`, 2);
   if (process.stdin.isTTY) {
-    throw new CommandError('Give the new secret on standard input, not typed here (a terminal shows it), e.g.: read -rs SECRET && printf %s "$SECRET" | npm run cli -- subscriptions rotate-secret ID', 2);
+    throw new CommandError(
+      'Give the new secret on standard input, not typed here (a terminal shows it), e.g.: read -rs SECRET && printf %s "$SECRET" | npm run cli -- subscriptions rotate-secret ID',
+      2,
+    );
   }
   const given = (await readStandardInput()).replace(/\r?\n$/, '');
   const { config } = oneShot();
   const { checkedSecret, createSecretBox, refusalReason, rotateSigningSecret, secretsEncryptionKey } = await rotating();
-  const refused = (error: unknown) => (error instanceof FhirError ? new CommandError(`Not rotated: ${refusalReason(error)}.`, error.status === 400 ? 2 : 1) : error);
+  const refused = (error: unknown) =>
+    error instanceof FhirError ? new CommandError(`Not rotated: ${refusalReason(error)}.`, error.status === 400 ? 2 : 1) : error;
   let secret: string;
   try {
     secret = checkedSecret(given);
@@ -211,7 +239,8 @@ function operatorName(): string {
 }
 
 function parseOverlapSeconds(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) > maxSecretRotationOverlapSeconds) throw new InvalidArgumentError(`expected a whole number of seconds from 0 to ${maxSecretRotationOverlapSeconds}.`);
+  if (!/^\d+$/.test(value) || Number(value) > maxSecretRotationOverlapSeconds)
+    throw new InvalidArgumentError(`expected a whole number of seconds from 0 to ${maxSecretRotationOverlapSeconds}.`);
   return Number(value);
 }
 

@@ -8,7 +8,14 @@ export const maxColumnWidth = 60;
 
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((title, column) => Math.max(title.length, Math.min(maxColumnWidth, Math.max(0, ...rows.map((row) => row[column]!.length)))));
-  return [header, ...rows].map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+  return [header, ...rows]
+    .map((row) =>
+      row
+        .map((cell, column) => cell.padEnd(widths[column]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** `1 call`, `2 calls`. */

@@ -5,14 +5,19 @@ import { CommandError, withDatabase } from './command.ts';
 import { table } from './text.ts';
 
 /** The topics' modules, loaded when one of this group's commands runs (src/cli/main.ts says why). */
-const topicStore = () => Promise.all([import('../topics/store.ts'), import('../topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
+const topicStore = () =>
+  Promise.all([import('../topics/store.ts'), import('../topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
 
 /** `topics add | list | retire`. */
 export function registerTopicsCommands(program: Command): void {
-  const topics = program.command('topics').description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
+  const topics = program
+    .command('topics')
+    .description('topics for topic-based subscriptions (FHIR R5 SubscriptionTopic, as the Subscriptions Backport IG uses them)');
   topics
     .command('add')
-    .description('add SubscriptionTopic definitions (JSON files, each a SubscriptionTopic or a Bundle of them), all or none; the same definition again changes nothing')
+    .description(
+      'add SubscriptionTopic definitions (JSON files, each a SubscriptionTopic or a Bundle of them), all or none; the same definition again changes nothing',
+    )
     .argument('<files...>', 'JSON files')
     .action((files: string[]) =>
       withDatabase(async ({ db }) => {
@@ -20,14 +25,19 @@ export function registerTopicsCommands(program: Command): void {
         const definitions = (await Promise.all(files.map(readTopicFile))).flat();
         let added;
         try {
-          added = await addTopics(db, definitions.map(({ json }) => json));
+          added = await addTopics(
+            db,
+            definitions.map(({ json }) => json),
+          );
         } catch (error) {
           if (!(error instanceof TopicRefused)) throw error;
           const source = error.index === undefined ? '' : ` ${definitions[error.index]!.source}`;
           throw new CommandError(`Refused${source}, nothing added: ${error.message}`, 2);
         }
         for (const topic of added) {
-          console.log(`${topic.outcome === 'added' ? 'Added' : 'Unchanged'} ${canonicalOf(topic.url, topic.version)}${topic.status === 'retired' ? ' (retired: a retired version stays retired; add a new one)' : ''}`);
+          console.log(
+            `${topic.outcome === 'added' ? 'Added' : 'Unchanged'} ${canonicalOf(topic.url, topic.version)}${topic.status === 'retired' ? ' (retired: a retired version stays retired; add a new one)' : ''}`,
+          );
         }
       }),
     );

@@ -230,7 +230,9 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     throw new ConfigError('Invalid configuration:\n  OAUTH_TOKEN_URL is set, so OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET are required');
   }
   if (env.DATABASE_DIRECT_URL !== undefined && env.DATABASE_URL === undefined) {
-    throw new ConfigError('Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names');
+    throw new ConfigError(
+      'Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names',
+    );
   }
   if (env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN <= env.DELIVERY_PARALLEL_CALLS) {
     throw new ConfigError(

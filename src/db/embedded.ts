@@ -262,16 +262,20 @@ async function initialiseCluster(binaries: string, clusterDir: string, password:
       await chown(clusterDir, runAs.uid, runAs.gid);
       await chown(passwordFile, runAs.uid, runAs.gid);
     }
-    await run(path.join(binaries, 'bin', 'initdb'), [
-      `--pgdata=${clusterDir}`,
-      '--username=postgres',
-      `--pwfile=${passwordFile}`,
-      '--auth=scram-sha-256',
-      '--encoding=UTF8',
-      '--locale-provider=builtin',
-      '--builtin-locale=C.UTF-8',
-      '--locale=C',
-    ], runAs);
+    await run(
+      path.join(binaries, 'bin', 'initdb'),
+      [
+        `--pgdata=${clusterDir}`,
+        '--username=postgres',
+        `--pwfile=${passwordFile}`,
+        '--auth=scram-sha-256',
+        '--encoding=UTF8',
+        '--locale-provider=builtin',
+        '--builtin-locale=C.UTF-8',
+        '--locale=C',
+      ],
+      runAs,
+    );
   } finally {
     await rm(passwordFile, { force: true });
   }
@@ -293,9 +297,7 @@ function run(command: string, args: string[], runAs: RunAs): Promise<void> {
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.once('error', reject);
-    child.once('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`${path.basename(command)} failed (exit code ${code}):\n${output.trim()}`)),
-    );
+    child.once('close', (code) => (code === 0 ? resolve() : reject(new Error(`${path.basename(command)} failed (exit code ${code}):\n${output.trim()}`))));
   });
 }
 

@@ -79,7 +79,9 @@ export type EnqueueOptions = {
 export async function enqueueJob<Name extends JobName>(db: Db, task: Name, payload: JobPayload<Name>, options: EnqueueOptions = {}): Promise<void> {
   const checked = jobPayloads[task].parse(payload);
   const runAt = options.delayMs === undefined ? null : new Date(Date.now() + options.delayMs);
-  await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(checked ?? {})}::json, run_at => ${runAt}::timestamptz, job_key => ${options.jobKey ?? null}::text)`.execute(db);
+  await sql`SELECT graphile_worker.add_job(${task}, ${JSON.stringify(checked ?? {})}::json, run_at => ${runAt}::timestamptz, job_key => ${options.jobKey ?? null}::text)`.execute(
+    db,
+  );
 }
 
 /**

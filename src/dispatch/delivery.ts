@@ -115,8 +115,27 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
   const row = await context.db
     .selectFrom('webhook.subscriptions as s')
     .leftJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
-    .select(['s.id', 's.status', 's.criteria', 's.endpoint', 's.endpoint_encrypted', 's.headers_encrypted', 's.signing_secret_encrypted', 's.compiled_criteria', 's.contact_emails'])
-    .select(['s.payload_content', 's.timeout_seconds', 's.max_count', 's.max_calls_per_second', 's.parallel_calls', 's.channel_type', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+    .select([
+      's.id',
+      's.status',
+      's.criteria',
+      's.endpoint',
+      's.endpoint_encrypted',
+      's.headers_encrypted',
+      's.signing_secret_encrypted',
+      's.compiled_criteria',
+      's.contact_emails',
+    ])
+    .select([
+      's.payload_content',
+      's.timeout_seconds',
+      's.max_count',
+      's.max_calls_per_second',
+      's.parallel_calls',
+      's.channel_type',
+      'topic.url as topic_url',
+      'topic.compiled as topic_compiled',
+    ])
     .select(['s.previous_signing_secret_encrypted', 's.previous_secret_until'])
     .where('s.id', '=', id)
     .executeTakeFirst();
@@ -151,7 +170,8 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
       : row.max_calls_per_second === null
         ? context.delivery.maxCallsPerSecond
         : Number(row.max_calls_per_second),
-    parallelCalls: row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
+    parallelCalls:
+      row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
   };
 }
@@ -207,7 +227,13 @@ export function handshakeBundle(context: CallContext, target: Target, eventsSinc
 
 /** A topic-based subscription as its statuses name it. */
 export function statusSubject(context: Pick<DispatchContext, 'baseUrl'>, target: Pick<Target, 'id' | 'status'>, topic: TopicTarget): StatusSubject {
-  return { serviceBase: `${context.baseUrl}/fhir/resources`, subscriptionId: target.id, topicUrl: topic.url, payloadContent: topic.payloadContent, status: target.status };
+  return {
+    serviceBase: `${context.baseUrl}/fhir/resources`,
+    subscriptionId: target.id,
+    topicUrl: topic.url,
+    payloadContent: topic.payloadContent,
+    status: target.status,
+  };
 }
 
 export type AttemptKind = DeliveryKind;

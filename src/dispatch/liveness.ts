@@ -21,7 +21,12 @@ export type Registration = { poolId: string; kind: 'graphile-worker' | 'event-se
  * frees the work of registrations whose process died, and runs `ownSweep`:
  * what it holds but no longer works on (a lost connection stranded it).
  */
-export async function keepWorkerPoolAlive(pool: pg.Pool, { poolId, kind }: Registration, ownSweep: () => Promise<void>, logger: Pick<Logger, 'warn'>): Promise<Liveness> {
+export async function keepWorkerPoolAlive(
+  pool: pg.Pool,
+  { poolId, kind }: Registration,
+  ownSweep: () => Promise<void>,
+  logger: Pick<Logger, 'warn'>,
+): Promise<Liveness> {
   const beat = () =>
     pool.query(
       `INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ($1, $2, $3, $4)

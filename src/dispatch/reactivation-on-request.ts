@@ -90,8 +90,9 @@ async function whyNotReactivated(db: Db, { id, status }: { id: string; status: S
       return conflict('is off: a subscription switched off never comes back; create a new one');
   }
   if (await isSuperseded(db, id)) {
-    return conflict('is superseded: a newer subscription exists for its criteria, and a superseded subscription is never called again (switching the criteria off ends it)');
+    return conflict(
+      'is superseded: a newer subscription exists for its criteria, and a superseded subscription is never called again (switching the criteria off ends it)',
+    );
   }
   return undefined;
 }
-

@@ -36,7 +36,13 @@ const jobQueueConnections = 2;
  * job locked, by one). What they do is counted in `metrics`, the registry the
  * process's /metrics serves.
  */
-export async function startWorkers(config: Config, database: DatabaseHandle, secretsKey: Buffer, logger: Logger, metrics: Metrics = createMetrics()): Promise<Workers> {
+export async function startWorkers(
+  config: Config,
+  database: DatabaseHandle,
+  secretsKey: Buffer,
+  logger: Logger,
+  metrics: Metrics = createMetrics(),
+): Promise<Workers> {
   // The workers' own pools, committing asynchronously: claims, job locks and completions, attempt
   // records, retries and state changes. A PostgreSQL crash can lose only the last of these commits,
   // and WAL order means a lost record takes the release of its claim (or its job's completion) with
@@ -88,7 +94,11 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
       { poolId: senderId, kind: 'event-sender' },
       async () => {
         const released = await releaseStrandedClaims(workerDatabase.db, senderId, started.sender?.working() ?? []);
-        if (released > 0) logger.warn({ sender: senderId, subscriptions: released }, 'freed subscriptions this process had claimed but was not sending (a lost database connection)');
+        if (released > 0)
+          logger.warn(
+            { sender: senderId, subscriptions: released },
+            'freed subscriptions this process had claimed but was not sending (a lost database connection)',
+          );
       },
       logger,
     );
@@ -97,7 +107,11 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     throw error;
   }
   // Its LISTEN, like graphile-worker's, needs a session: on the server itself.
-  const sender = startEventSender(context, { connectionString: database.directConnectionString ?? database.connectionString, concurrency: config.delivery.concurrency, id: senderId });
+  const sender = startEventSender(context, {
+    connectionString: database.directConnectionString ?? database.connectionString,
+    concurrency: config.delivery.concurrency,
+    id: senderId,
+  });
   started.sender = sender;
 
   const workerLogger = new WorkerLogger(() => (level, message, meta) => {
@@ -106,7 +120,8 @@ export async function startWorkers(config: Config, database: DatabaseHandle, sec
     const log = level === 'error' ? logger.error : level === 'warning' && !expected ? logger.warn : logger.debug;
     log.call(logger, loggableMeta(meta), message);
   });
-  const startRunner = () => runWorkerPool(jobQueue.pool, workerDatabase.pool, { concurrency: config.delivery.concurrency, taskList: dispatchTasks(context), logger, workerLogger });
+  const startRunner = () =>
+    runWorkerPool(jobQueue.pool, workerDatabase.pool, { concurrency: config.delivery.concurrency, taskList: dispatchTasks(context), logger, workerLogger });
 
   let current: RunningPool;
   try {
@@ -215,7 +230,10 @@ async function runWorkerPool(
         [id, runningJobs()],
       );
       if ((rows[0]?.stranded ?? 0) === 0) return;
-      options.logger.warn({ workerPool: id, jobs: rows[0]?.stranded }, 'this process holds jobs it no longer runs (a lost database connection); restarting its workers to free them');
+      options.logger.warn(
+        { workerPool: id, jobs: rows[0]?.stranded },
+        'this process holds jobs it no longer runs (a lost database connection); restarting its workers to free them',
+      );
       void runner.stop().catch(() => undefined);
     };
     return { runner, poolId: id, liveness: await keepWorkerPoolAlive(pool, { poolId: id, kind: 'graphile-worker' }, strandedJobs, options.logger) };

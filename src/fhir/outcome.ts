@@ -32,11 +32,7 @@ export type OperationOutcome = {
   }[];
 };
 
-export function operationOutcome(
-  code: IssueCode,
-  text: string,
-  severity: OperationOutcome['issue'][number]['severity'] = 'error',
-): OperationOutcome {
+export function operationOutcome(code: IssueCode, text: string, severity: OperationOutcome['issue'][number]['severity'] = 'error'): OperationOutcome {
   return { resourceType: 'OperationOutcome', issue: [{ severity, code, details: { text } }] };
 }
 

@@ -138,11 +138,13 @@ function checkLine(text: string): Resource | string {
   const resource = value as Record<string, unknown>;
   if (typeof resource.resourceType !== 'string') return 'no resourceType';
   if (!isResourceType(resource.resourceType)) return `unknown resourceType '${resource.resourceType}': not a FHIR R4 resource type`;
-  if (resource.resourceType === 'Subscription') return 'a Subscription: subscriptions are created through the API (POST /fhir/resources/Subscription), not loaded';
+  if (resource.resourceType === 'Subscription')
+    return 'a Subscription: subscriptions are created through the API (POST /fhir/resources/Subscription), not loaded';
   if (resource.id !== undefined && (typeof resource.id !== 'string' || !fhirIdPattern.test(resource.id))) {
     return `invalid id ${JSON.stringify(resource.id)}: FHIR ids are 1-64 characters of A-Z, a-z, 0-9, '-' and '.'`;
   }
-  if (resource.meta !== undefined && (typeof resource.meta !== 'object' || resource.meta === null || Array.isArray(resource.meta))) return 'meta is not a JSON object';
+  if (resource.meta !== undefined && (typeof resource.meta !== 'object' || resource.meta === null || Array.isArray(resource.meta)))
+    return 'meta is not a JSON object';
   const unstorable = unstorableString(resource);
   if (unstorable !== undefined) return `holds ${unstorable}, which PostgreSQL cannot store`;
   return resource as Resource;

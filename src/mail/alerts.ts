@@ -57,7 +57,8 @@ function logAlert(logger: Logger, alert: DeactivationAlert, message: string): 'l
 
 /** The alert's fields picked by name, so that a wider object passed as an alert (a subscription row) cannot log its headers. */
 function alertFields(alert: DeactivationAlert): DeactivationAlert {
-  const { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt, deactivations, previousAlertAt } = alert;
+  const { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt, deactivations, previousAlertAt } =
+    alert;
   return { subscriptionId, criteria, endpoint, recipients, httpStatus, errorMessage, undeliveredResourceUrl, deactivatedAt, deactivations, previousAlertAt };
 }
 
@@ -85,7 +86,9 @@ function alertText(alert: DeactivationAlert): string {
     ['Error', alert.errorMessage],
     ['Undelivered resource', alert.undeliveredResourceUrl ?? 'none recorded'],
     ['Deactivated at', alert.deactivatedAt],
-    ...(alert.deactivations === 1 ? [] : [['Deactivations', `${alert.deactivations} since ${alert.previousAlertAt ?? 'the previous alert'}`] satisfies [string, string]]),
+    ...(alert.deactivations === 1
+      ? []
+      : [['Deactivations', `${alert.deactivations} since ${alert.previousAlertAt ?? 'the previous alert'}`] satisfies [string, string]]),
   ];
   return [
     alertLead(alert),
@@ -93,7 +96,7 @@ function alertText(alert: DeactivationAlert): string {
     // One line per fact, even for an error message quoting a multi-line answer of the endpoint.
     ...facts.map(([label, value]) => `${`${label}:`.padEnd(22)}${value.replace(/\s*[\r\n]+\s*/g, ' ')}`),
     '',
-    'To reactivate it, make the endpoint answer again; nothing needs changing on our side. The next event matching the criteria makes the service send the handshake again: a 2xx answer makes the subscription active and that event is delivered. Or, once the endpoint is fixed, have it reactivated now: the subscription\'s $reactivate operation (write scope), or `subscriptions reactivate <id>` for an operator. Events missed meanwhile are not resent, the undelivered resource included.',
+    "To reactivate it, make the endpoint answer again; nothing needs changing on our side. The next event matching the criteria makes the service send the handshake again: a 2xx answer makes the subscription active and that event is delivered. Or, once the endpoint is fixed, have it reactivated now: the subscription's $reactivate operation (write scope), or `subscriptions reactivate <id>` for an operator. Events missed meanwhile are not resent, the undelivered resource included.",
     '',
     'To move to another endpoint instead, create a new subscription for the same criteria: a subscription in error does not hold its criteria, and only requested or active ones can be switched off.',
     '',

@@ -19,7 +19,10 @@ export async function serveMetrics(metrics: Metrics, host: string, port: number)
     }
     exposition(metrics).then(
       ({ contentType, body }) => response.writeHead(200, { 'content-type': contentType }).end(request.method === 'HEAD' ? undefined : body),
-      (error: unknown) => response.writeHead(503, { 'content-type': 'text/plain' }).end(`The metrics could not be read: ${error instanceof Error ? error.message : String(error)}\n`),
+      (error: unknown) =>
+        response
+          .writeHead(503, { 'content-type': 'text/plain' })
+          .end(`The metrics could not be read: ${error instanceof Error ? error.message : String(error)}\n`),
     );
   });
   await new Promise<void>((resolve, reject) => {

@@ -80,7 +80,7 @@ export function createMetrics(database?: Db) {
   const websocketCounts: (() => { bound: number; unbound: number })[] = [];
   new Gauge({
     name: 'fhir_webhooks_websocket_connections',
-    help: "Websocket clients connected to this process, by state (bound: to at least one subscription; unbound: not yet, or no longer)",
+    help: 'Websocket clients connected to this process, by state (bound: to at least one subscription; unbound: not yet, or no longer)',
     labelNames: ['state'],
     registers,
     collect() {
@@ -164,7 +164,18 @@ export type WebsocketFrameType = (typeof websocketFrameTypes)[number];
  * subscription-ended (its subscriptions were switched off, or its key revoked);
  * shutdown (the process stopped).
  */
-export const websocketCloseReasons = ['client', 'idle', 'slow-client', 'token', 'malformed', 'too-large', 'key-limit', 'server-full', 'subscription-ended', 'shutdown'] as const;
+export const websocketCloseReasons = [
+  'client',
+  'idle',
+  'slow-client',
+  'token',
+  'malformed',
+  'too-large',
+  'key-limit',
+  'server-full',
+  'subscription-ended',
+  'shutdown',
+] as const;
 export type WebsocketCloseReason = (typeof websocketCloseReasons)[number];
 
 /**
@@ -197,7 +208,7 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
   });
   new Gauge({
     name: 'fhir_webhooks_oldest_waiting_event_age_seconds',
-    help: 'How long the oldest due event whose subscription no worker is sending has waited since it was written: the senders\' lag (0 when none waits)',
+    help: "How long the oldest due event whose subscription no worker is sending has waited since it was written: the senders' lag (0 when none waits)",
     registers,
     async collect() {
       const { rows } = await sql<{ age: number | null }>`

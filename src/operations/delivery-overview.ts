@@ -63,7 +63,9 @@ function subscriptions(db: Db, caller: Caller | undefined) {
     .select(sql<Date | null>`CASE WHEN status = 'error' AND reactivation_not_before > now() THEN reactivation_not_before END`.as('reactivationHeldUntil'))
     .select(
       sql<number>`(SELECT count(*)::int FROM webhook.deactivation_alerts deactivation
-                   WHERE deactivation.subscription_id = webhook.subscriptions.id AND deactivation.created_at > now() - interval '24 hours')`.as('deactivationsLastDay'),
+                   WHERE deactivation.subscription_id = webhook.subscriptions.id AND deactivation.created_at > now() - interval '24 hours')`.as(
+        'deactivationsLastDay',
+      ),
     )
     .select(
       sql<number>`(SELECT count(*)::int FROM webhook.delivery_attempts failed
@@ -72,7 +74,9 @@ function subscriptions(db: Db, caller: Caller | undefined) {
     )
     .select(
       sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
-        json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as('topic'),
+        json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as(
+        'topic',
+      ),
     );
   return visibleTo(query, caller);
 }
@@ -107,23 +111,21 @@ export type Attempt = {
 };
 
 function attempts(db: Db) {
-  return db
-    .selectFrom('webhook.delivery_attempts')
-    .select([
-      'id',
-      'subscription_id as subscriptionId',
-      'started_at as startedAt',
-      'kind',
-      // bigint: pg reads it as a string.
-      sql<string | null>`event_number`.as('event_number'),
-      sql<string | null>`resource_type || '/' || resource_id || '/_history/' || version_id`.as('resource'),
-      'attempt',
-      'outcome',
-      'http_status as httpStatus',
-      'duration_ms as durationMs',
-      'error',
-      'response_excerpt as responseExcerpt',
-    ]);
+  return db.selectFrom('webhook.delivery_attempts').select([
+    'id',
+    'subscription_id as subscriptionId',
+    'started_at as startedAt',
+    'kind',
+    // bigint: pg reads it as a string.
+    sql<string | null>`event_number`.as('event_number'),
+    sql<string | null>`resource_type || '/' || resource_id || '/_history/' || version_id`.as('resource'),
+    'attempt',
+    'outcome',
+    'http_status as httpStatus',
+    'duration_ms as durationMs',
+    'error',
+    'response_excerpt as responseExcerpt',
+  ]);
 }
 
 /** A bigint event number as a number: a subscription's events are far fewer than 2^53. */
@@ -154,7 +156,15 @@ export async function attemptsSince(db: Db, since: Date, subscriptionId?: string
  * notification events (task `notification`) and its graphile-worker jobs by
  * task; `items` events or jobs, `running` those being sent or run now.
  */
-export type QueuedWork = { task: string; items: number; waiting: number; scheduled: number; running: number; waitingSince: Date | null; nextRunAt: Date | null };
+export type QueuedWork = {
+  task: string;
+  items: number;
+  waiting: number;
+  scheduled: number;
+  running: number;
+  waitingSince: Date | null;
+  nextRunAt: Date | null;
+};
 
 export async function queuedWork(db: Db, subscriptionId: string): Promise<QueuedWork[]> {
   const { rows } = await sql<QueuedWork>`

@@ -148,7 +148,10 @@ async function assignUrnIds(db: Db, entries: unknown[]): Promise<Map<number, Urn
     const conditional = request.method === 'POST' ? request.ifNoneExist : request.method === 'PUT' ? target.condition : undefined;
     let matched: string | undefined;
     try {
-      matched = conditional === undefined ? undefined : await selectedId(db, target.type, conditionOf(target.type, conditional), request.method === 'POST' ? 'create' : 'update');
+      matched =
+        conditional === undefined
+          ? undefined
+          : await selectedId(db, target.type, conditionOf(target.type, conditional), request.method === 'POST' ? 'create' : 'update');
     } catch (error) {
       // The entry fails when it runs, with its own answer (in a batch, alone).
       if (error instanceof FhirError) continue;
@@ -202,7 +205,8 @@ async function executeEntry(db: Db, raw: unknown, index: number, context: EntryC
   const ifMatch = entry.request.ifMatch === undefined ? undefined : parseIfMatch(entry.request.ifMatch);
   const urnId = urnTargets.get(index)?.id;
 
-  if (target.condition !== undefined) return executeConditionalEntry(db, entry, { ...target, condition: target.condition }, { ifMatch, urnId, index }, serviceBase);
+  if (target.condition !== undefined)
+    return executeConditionalEntry(db, entry, { ...target, condition: target.condition }, { ifMatch, urnId, index }, serviceBase);
   switch (entry.request.method) {
     case 'POST': {
       if (target.id !== undefined) throw badRequest(`POST request.url must be a type, not '${entry.request.url}'`);
@@ -253,7 +257,10 @@ async function executeConditionalEntry(
     case 'PATCH':
       return written(await conditionalPatch(db, type, jsonPatchOfBinary(entry.resource), condition, ifMatch), '200 OK', serviceBase);
     default:
-      throw badRequest(`${entry.request.method} '${entry.request.url}': a condition in request.url is for PUT, PATCH and DELETE (a conditional create sends ifNoneExist; searches in a Bundle are not supported)`, 'not-supported');
+      throw badRequest(
+        `${entry.request.method} '${entry.request.url}': a condition in request.url is for PUT, PATCH and DELETE (a conditional create sends ifNoneExist; searches in a Bundle are not supported)`,
+        'not-supported',
+      );
   }
 }
 

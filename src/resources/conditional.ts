@@ -45,7 +45,13 @@ export async function conditionalCreate(db: Db, type: string, body: FhirResource
  * other resource has it (else 409: the condition did not select it), else
  * with `idForCreate` or a new id; several are a 412.
  */
-export async function conditionalUpdate(db: Db, type: string, body: FhirResource, condition: string, options: { ifMatch?: number; idForCreate?: string } = {}): Promise<WriteResult> {
+export async function conditionalUpdate(
+  db: Db,
+  type: string,
+  body: FhirResource,
+  condition: string,
+  options: { ifMatch?: number; idForCreate?: string } = {},
+): Promise<WriteResult> {
   return inTransaction(db, async (transaction) => {
     const matched = await selectedId(transaction, type, condition, 'update');
     if (matched !== undefined) {
@@ -58,7 +64,11 @@ export async function conditionalUpdate(db: Db, type: string, body: FhirResource
     if (typeof body.id !== 'string') return createResource(transaction, type, body, options.idForCreate);
     assertResourceId(body.id);
     if (await everExisted(transaction, type, body.id)) {
-      throw new FhirError(409, 'conflict', `No ${type} matches ${condition}, but ${type}/${body.id} exists: a conditional update does not write a resource its condition did not select`);
+      throw new FhirError(
+        409,
+        'conflict',
+        `No ${type} matches ${condition}, but ${type}/${body.id} exists: a conditional update does not write a resource its condition did not select`,
+      );
     }
     return createResource(transaction, type, body, body.id);
   });
@@ -68,7 +78,8 @@ export async function conditionalUpdate(db: Db, type: string, body: FhirResource
 export async function conditionalDelete(db: Db, type: string, condition: string, ifMatch?: number): Promise<{ versionId: number | undefined }> {
   return inTransaction(db, async (transaction) => {
     const matched = await selectedId(transaction, type, condition, 'delete');
-    if (matched === undefined && ifMatch !== undefined) throw new FhirError(412, 'conflict', `If-Match names version ${ifMatch}, but no ${type} matches ${condition}`);
+    if (matched === undefined && ifMatch !== undefined)
+      throw new FhirError(412, 'conflict', `If-Match names version ${ifMatch}, but no ${type} matches ${condition}`);
     return matched === undefined ? { versionId: undefined } : deleteResource(transaction, type, matched, ifMatch);
   });
 }
@@ -106,21 +117,36 @@ export async function selectedId(db: Db, type: string, condition: string, intera
     query.pageToken !== undefined ||
     query.summary !== undefined ||
     query.elements !== undefined;
-  if (shapesResults) throw badRequest(`The condition of a conditional ${interaction} takes search parameters only, not _include, _count, _sort and the like: '${condition}'`);
+  if (shapesResults)
+    throw badRequest(`The condition of a conditional ${interaction} takes search parameters only, not _include, _count, _sort and the like: '${condition}'`);
   if (query.filters.length + query.related.length === 0) {
     throw badRequest(`A conditional ${interaction} needs a condition (search parameters, such as identifier=system|value) that selects the ${type}`);
   }
-  const parameters = JSON.stringify(splitQuery(condition).map(([name, value]) => `${name}=${value}`).sort());
+  const parameters = JSON.stringify(
+    splitQuery(condition)
+      .map(([name, value]) => `${name}=${value}`)
+      .sort(),
+  );
   await sql`SELECT pg_advisory_xact_lock(hashtext(${`conditional ${type}`}), hashtext(${parameters}) & ${conditionLockBuckets - 1})`.execute(db);
   const matches = await matchingIds(db, query, 2);
   if (matches.length > 1) {
-    throw new FhirError(412, 'multiple-matches', `More than one ${type} matches ${condition}: the conditional ${interaction} must select one (narrow the condition)`);
+    throw new FhirError(
+      412,
+      'multiple-matches',
+      `More than one ${type} matches ${condition}: the conditional ${interaction} must select one (narrow the condition)`,
+    );
   }
   return matches[0];
 }
 
 /** Whether `type/id` has a version, live or deleted. */
 async function everExisted(db: Db, type: string, id: string): Promise<boolean> {
-  const row = await db.selectFrom('fhir.resource_history').select('version_id').where('resource_type', '=', type).where('id', '=', id).limit(1).executeTakeFirst();
+  const row = await db
+    .selectFrom('fhir.resource_history')
+    .select('version_id')
+    .where('resource_type', '=', type)
+    .where('id', '=', id)
+    .limit(1)
+    .executeTakeFirst();
   return row !== undefined;
 }

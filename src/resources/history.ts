@@ -55,7 +55,8 @@ export function parseHistoryQuery(rawQuery: string): HistoryQuery {
       }
       query.since = value;
     } else if (name === '_count') {
-      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxHistoryCount) throw badRequest(`_count must be an integer from 1 to ${maxHistoryCount}, not '${value}'`);
+      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxHistoryCount)
+        throw badRequest(`_count must be an integer from 1 to ${maxHistoryCount}, not '${value}'`);
       query.count = Number(value);
     } else if (name === '_page_token') {
       query.pageToken = value;
@@ -113,7 +114,13 @@ export async function readHistoryPage(db: Db, scope: HistoryScope, query: Histor
     throw notFound(`${scope.type}/${scope.id} is not known`);
   }
   const page = keysetPage(
-    rows.map((row): HistoryVersion => ({ resource: inFhirOrder(row.content), versionId: row.version_id, lastUpdated: row.instant, deleted: row.is_deletion, created: row.created })),
+    rows.map((row): HistoryVersion => ({
+      resource: inFhirOrder(row.content),
+      versionId: row.version_id,
+      lastUpdated: row.instant,
+      deleted: row.is_deletion,
+      created: row.created,
+    })),
     { count: query.count, direction: cursor?.direction ?? 'after', fromToken: cursor !== undefined, cut: (rows[0]?.candidates ?? 0) > rows.length },
   );
   const tokenAt = (version: HistoryVersion, direction: Direction) =>

@@ -96,8 +96,18 @@ function applied(content: FhirResource, operations: PatchOperation[]): FhirResou
     if (error instanceof fastJsonPatch.JsonPatchError) {
       const operation = operations[error.index ?? 0];
       const reason = error.message.split('\n')[0];
-      const status = error.name === 'TEST_OPERATION_FAILED' || error.name.startsWith('OPERATION_PATH') || error.name.startsWith('OPERATION_FROM') || error.name === 'OPERATION_VALUE_OUT_OF_BOUNDS' ? 422 : 400;
-      throw new FhirError(status, status === 422 ? 'processing' : 'invalid', `JSON Patch operation ${error.index ?? 0} (${operation?.op} ${operation?.path}) cannot apply: ${reason}`);
+      const status =
+        error.name === 'TEST_OPERATION_FAILED' ||
+        error.name.startsWith('OPERATION_PATH') ||
+        error.name.startsWith('OPERATION_FROM') ||
+        error.name === 'OPERATION_VALUE_OUT_OF_BOUNDS'
+          ? 422
+          : 400;
+      throw new FhirError(
+        status,
+        status === 422 ? 'processing' : 'invalid',
+        `JSON Patch operation ${error.index ?? 0} (${operation?.op} ${operation?.path}) cannot apply: ${reason}`,
+      );
     }
     if (error instanceof TypeError) throw badRequest(`The JSON Patch cannot apply: ${error.message.split(',')[0]}`);
     throw error;

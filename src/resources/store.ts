@@ -85,12 +85,7 @@ export async function createResource(db: Db, type: string, body: FhirResource, i
 }
 
 export async function readResource(db: Db, type: string, id: string): Promise<StoredVersion> {
-  const row = await db
-    .selectFrom('fhir.resources')
-    .select('content')
-    .where('resource_type', '=', type)
-    .where('id', '=', id)
-    .executeTakeFirst();
+  const row = await db.selectFrom('fhir.resources').select('content').where('resource_type', '=', type).where('id', '=', id).executeTakeFirst();
   if (row) return toVersion(row.content);
   throw (await wasDeleted(db, type, id)) ? gone(type, id) : unknownResource(type, id);
 }
@@ -164,12 +159,7 @@ async function wasDeleted(db: Db, type: string, id: string): Promise<boolean> {
 }
 
 async function versionConflict(db: Db, type: string, id: string, ifMatch: number): Promise<FhirError> {
-  const current = await db
-    .selectFrom('fhir.resources')
-    .select('version_id')
-    .where('resource_type', '=', type)
-    .where('id', '=', id)
-    .executeTakeFirst();
+  const current = await db.selectFrom('fhir.resources').select('version_id').where('resource_type', '=', type).where('id', '=', id).executeTakeFirst();
   const state = current ? `its current version is ${current.version_id}` : 'it does not exist';
   return new FhirError(412, 'conflict', `If-Match names version ${ifMatch} of ${type}/${id}, but ${state}`);
 }

@@ -58,7 +58,8 @@ export function resolveIncludes(compiled: Pick<CompiledCriteria, 'include' | 're
 
 function resolveInclude({ sourceType, parameter, targetType, iterate }: StoredInclude): Include {
   const definition = searchParametersOf(sourceType).get(parameter);
-  if (!definition || !isSupported(definition) || definition.type === 'composite') throw new Error(`stored include ${sourceType}:${parameter} no longer resolves`);
+  if (!definition || !isSupported(definition) || definition.type === 'composite')
+    throw new Error(`stored include ${sourceType}:${parameter} no longer resolves`);
   return { sourceType, parameter: definition, iterate, ...(targetType === undefined ? {} : { targetType }) };
 }
 

@@ -105,7 +105,8 @@ function chooseType(reading: Reading, type: string): Reading {
   const last = reading.steps.at(-1);
   if (!last || !reading.choiceTypes) throw new UnsupportedExpression(`ofType(${type}) on an element that is not a choice`);
   // FHIRPath may name a primitive type capitalized (ofType(DateTime) for dateTime).
-  const chosen = reading.choiceTypes.find((candidate) => candidate === type) ?? reading.choiceTypes.find((candidate) => candidate.toLowerCase() === type.toLowerCase());
+  const chosen =
+    reading.choiceTypes.find((candidate) => candidate === type) ?? reading.choiceTypes.find((candidate) => candidate.toLowerCase() === type.toLowerCase());
   if (chosen === undefined) throw new UnsupportedExpression(`'${last.name}' cannot be of type ${type}`);
   const steps = [...reading.steps.slice(0, -1), { name: last.name + capitalize(chosen), types: [chosen] }];
   return { steps, definitionPath: complexTypes.has(chosen) ? chosen : undefined };

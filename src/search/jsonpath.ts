@@ -154,8 +154,7 @@ function valueCondition(value: SearchValue, modifier: Filter['modifier'], types:
 // --- token -----------------------------------------------------------------
 
 function tokenCondition({ system, code }: { system?: string; code?: string }, types: Types): string {
-  const systemTest = (item: string) =>
-    system === undefined ? [] : system === '' ? [`!exists(${item}."system")`] : [`${item}."system" == ${literal(system)}`];
+  const systemTest = (item: string) => (system === undefined ? [] : system === '' ? [`!exists(${item}."system")`] : [`${item}."system" == ${literal(system)}`]);
   const coding = (item: string) => allOf([...(code === undefined ? [] : [`${item}."code" == ${literal(code)}`]), ...systemTest(item)]);
   const identifier = allOf([...(code === undefined ? [] : [`@."value" == ${literal(code)}`]), ...systemTest('@')]);
   return anyOf(
@@ -219,7 +218,10 @@ export function foldedPattern(text: string): string {
  * and with ς as σ: both are the same letter.
  */
 export function fold(text: string): string {
-  return [...text.normalize('NFD').replace(/[\u0300-\u036f]/g, '')].map((char) => char.toLowerCase()).join('').replaceAll('ς', 'σ');
+  return [...text.normalize('NFD').replace(/[\u0300-\u036f]/g, '')]
+    .map((char) => char.toLowerCase())
+    .join('')
+    .replaceAll('ς', 'σ');
 }
 
 /** For each folded letter, every character of the Latin, Greek (Extended included) and Cyrillic blocks that folds to it. */
@@ -371,11 +373,7 @@ function quantityCondition(value: Extract<SearchValue, { kind: 'quantity' }>, ty
     ...(value.code === undefined ? [] : [`(${item}."code" == ${literal(value.code)} || ${item}."unit" == ${literal(value.code)})`]),
   ];
   const currency =
-    value.system !== undefined && value.system !== currencySystem
-      ? [never]
-      : value.code === undefined
-        ? []
-        : [`@."currency" == ${literal(value.code)}`];
+    value.system !== undefined && value.system !== currencySystem ? [never] : value.code === undefined ? [] : [`@."currency" == ${literal(value.code)}`];
   const boundUnits = (bound: string) => allOf(units(bound));
   const rangeUnits = `(!exists(@."low") || ${boundUnits('@."low"')}) && (!exists(@."high") || ${boundUnits('@."high"')})`;
   return anyOf(
@@ -504,8 +502,7 @@ function dateCondition(prefix: Prefix, low: string, high: string, types: Types):
 function periodBound(): Bound {
   const start = '@."start"';
   const end = '@."end"';
-  const some = (item: string, condition: (bound: Bound) => string) =>
-    anyOf(dateForms.map((form) => `(${form.guard(item)} && ${condition(form.bound(item))})`));
+  const some = (item: string, condition: (bound: Bound) => string) => anyOf(dateForms.map((form) => `(${form.guard(item)} && ${condition(form.bound(item))})`));
   return {
     lowAtLeast: (x) => some(start, (bound) => bound.lowAtLeast(x)),
     lowBelow: (x) => `(!exists(${start}) || ${some(start, (bound) => bound.lowBelow(x))})`,
@@ -555,8 +552,7 @@ function partialDateForm(length: number): DateForm {
 }
 
 function timeForm(pattern: string, parse: (item: string) => string, precision: 'second' | 'microsecond', zone: 'utc' | 'offset'): DateForm {
-  const constant = (x: string) =>
-    zone === 'utc' ? `${literal(x)}.datetime(${utcMicros})` : `${literal(`${x.slice(0, -1)}+00:00`)}.datetime()`;
+  const constant = (x: string) => (zone === 'utc' ? `${literal(x)}.datetime(${utcMicros})` : `${literal(`${x.slice(0, -1)}+00:00`)}.datetime()`);
   // A time to the second covers [t, t+1s): its end is above x iff t >= x cut to the second.
   const cut = (x: string) => (precision === 'second' ? `${x.slice(0, 19)}.000000Z` : x);
   return {
@@ -578,8 +574,7 @@ function ceilTo(x: string, length: number): string {
   const year = Number(x.slice(0, 4));
   const month = Number(x.slice(5, 7));
   const day = Number(x.slice(8, 10));
-  const next =
-    length === 4 ? Date.UTC(year + 1, 0, 1) : length === 7 ? Date.UTC(year, month, 1) : Date.UTC(year, month - 1, day + 1);
+  const next = length === 4 ? Date.UTC(year + 1, 0, 1) : length === 7 ? Date.UTC(year, month, 1) : Date.UTC(year, month - 1, day + 1);
   return formatMicros(BigInt(next) * 1000n).slice(0, length);
 }
 

@@ -34,7 +34,10 @@ export function decodePageToken(token: string, keyLength: number): { key: unknow
  * direction read lie more rows when one more was read or the read was cut;
  * the other way lies the token's own page.
  */
-export function keysetPage<T>(read: readonly T[], { count, direction, fromToken, cut }: { count: number; direction: Direction; fromToken: boolean; cut: boolean }) {
+export function keysetPage<T>(
+  read: readonly T[],
+  { count, direction, fromToken, cut }: { count: number; direction: Direction; fromToken: boolean; cut: boolean },
+) {
   const kept = read.slice(0, count);
   const items = direction === 'before' ? kept.reverse() : kept;
   const moreBeyond = read.length > count || cut;

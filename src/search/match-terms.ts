@@ -67,7 +67,10 @@ function pathTerms(path: ElementPath, type: string, parameter: SimpleParameter, 
     case 'reference': {
       const targets = value.type === undefined ? parameter.targets : [value.type];
       if (type !== 'Reference' || targets.length === 0) return null;
-      return at('."reference"', targets.map((target) => `${target}/${value.id}`));
+      return at(
+        '."reference"',
+        targets.map((target) => `${target}/${value.id}`),
+      );
     }
     case 'token': {
       if (value.code === undefined) return null;

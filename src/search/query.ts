@@ -138,7 +138,12 @@ export function parseSearchQuery(resourceType: string, rawQuery: string, { lenie
 
 /** The query without its `_page_token` pairs: a page's next link is the query it came from with a token added, and must be taken as that query was. */
 function withoutPageToken(rawQuery: string): string {
-  return rawQuery.includes('_page_token') ? rawQuery.split('&').filter((pair) => !/^_page_token(=|$)/.test(pair)).join('&') : rawQuery;
+  return rawQuery.includes('_page_token')
+    ? rawQuery
+        .split('&')
+        .filter((pair) => !/^_page_token(=|$)/.test(pair))
+        .join('&')
+    : rawQuery;
 }
 
 /** `a=1&b=2` → [['a', '1'], ['b', '2']], each part percent-decoded once ('+' stays a plus). */
@@ -183,7 +188,10 @@ function parseFilter(resourceType: string, name: string, modifierText: string | 
   alternatives.forEach((text, index) => {
     if (text.length > maxAlternativeLength) {
       const which = alternatives.length === 1 ? 'value' : `alternative ${index + 1} of ${alternatives.length}`;
-      throw badRequest(`Search parameter '${name}': its ${which} has ${text.length.toLocaleString('en')} characters; the limit is ${maxAlternativeLength.toLocaleString('en')} for each comma-separated alternative`, 'too-costly');
+      throw badRequest(
+        `Search parameter '${name}': its ${which} has ${text.length.toLocaleString('en')} characters; the limit is ${maxAlternativeLength.toLocaleString('en')} for each comma-separated alternative`,
+        'too-costly',
+      );
     }
   });
   const values = alternatives.map((text) => (parameter.type === 'composite' ? parseComposite(parameter, text) : parseValue(parameter, modifier, text)));
@@ -260,7 +268,8 @@ function applyResultParameter(search: SearchQuery, name: string, modifier: strin
   }
   switch (name) {
     case '_count': {
-      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxCount) throw badRequest(`_count must be an integer from 1 to ${maxCount}, not '${value}'`);
+      if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > maxCount)
+        throw badRequest(`_count must be an integer from 1 to ${maxCount}, not '${value}'`);
       search.count = Number(value);
       return;
     }

@@ -312,7 +312,15 @@ function keyOf(resource: FhirResource): string {
 function decodeCursor(token: string, expectedSort: string): Cursor {
   const decoded = decodePageToken(token, 3);
   const [sort, lastUpdated, id] = decoded?.key ?? [];
-  if (decoded !== undefined && typeof sort === 'string' && sort === expectedSort && typeof lastUpdated === 'string' && isStoredInstant(lastUpdated) && typeof id === 'string' && fhirIdPattern.test(id)) {
+  if (
+    decoded !== undefined &&
+    typeof sort === 'string' &&
+    sort === expectedSort &&
+    typeof lastUpdated === 'string' &&
+    isStoredInstant(lastUpdated) &&
+    typeof id === 'string' &&
+    fhirIdPattern.test(id)
+  ) {
     return { sort, lastUpdated, id, direction: decoded.direction };
   }
   throw badRequest('Invalid _page_token: use the next or previous link of a page, with the same _sort');

@@ -61,7 +61,9 @@ export function parseComposite(parameter: CompositeParameter, text: string): Sea
   const components = parameter.roots[0]!.components;
   const parts = splitUnescaped(text, '$');
   if (parts.length !== components.length) {
-    throw badRequest(`'${parameter.code}' takes ${components.length} values separated by '$' (${components.map((component) => component.code).join('$')}), not '${text}'`);
+    throw badRequest(
+      `'${parameter.code}' takes ${components.length} values separated by '$' (${components.map((component) => component.code).join('$')}), not '${text}'`,
+    );
   }
   return { kind: 'composite', parts: parts.map((part, index) => parseValue(components[index]!, undefined, part)) };
 }
@@ -123,8 +125,7 @@ function parseQuantity(name: string, text: string): SearchValue {
   return { kind: 'quantity', prefix, ...parseDecimal(name, rest, prefix), ...(system ? { system } : {}), ...(code ? { code } : {}) };
 }
 
-const datePattern =
-  /^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}:\d{2})?)?)?)?$/;
+const datePattern = /^(\d{4})(?:-(\d{2})(?:-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}:\d{2})?)?)?)?$/;
 
 /** A date search value as the UTC range its precision covers. A time without a zone is taken as UTC. */
 function parseDate(name: string, text: string): SearchValue {
@@ -140,8 +141,7 @@ function parseDate(name: string, text: string): SearchValue {
   }
   const offsetMinutes = zone === undefined || zone === 'Z' ? 0 : (zone.startsWith('-') ? -1 : 1) * (Number(zone.slice(1, 3)) * 60 + Number(zone.slice(4, 6)));
   const micros = fraction === undefined ? 0 : Number(fraction.slice(0, 6).padEnd(6, '0'));
-  const start =
-    BigInt(Date.UTC(y, mo - 1, d, Number(hour ?? 0), Number(minute ?? 0) - offsetMinutes, Number(second ?? 0))) * 1000n + BigInt(micros);
+  const start = BigInt(Date.UTC(y, mo - 1, d, Number(hour ?? 0), Number(minute ?? 0) - offsetMinutes, Number(second ?? 0))) * 1000n + BigInt(micros);
   let end: bigint;
   if (month === undefined) end = BigInt(Date.UTC(y + 1, 0, 1)) * 1000n;
   else if (day === undefined) end = BigInt(Date.UTC(y, mo, 1)) * 1000n;

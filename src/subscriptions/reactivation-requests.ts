@@ -16,9 +16,7 @@ import { enqueueJob } from '../db/jobs.ts';
 
 /** What a worker answered; or that no worker took the request in time (withdrawn, nothing sent), or took it and did not answer in time. */
 export type ReactivationAnswer =
-  | { outcome: ReactivationRequestOutcome; httpStatus: number | null; detail: string | null }
-  | { outcome: 'not taken' }
-  | { outcome: 'not answered' };
+  { outcome: ReactivationRequestOutcome; httpStatus: number | null; detail: string | null } | { outcome: 'not taken' } | { outcome: 'not answered' };
 
 /** How long a worker that took the request has to answer: the service's handshake, after another one's in flight, is bounded well within it. */
 const answerWithinMs = 120_000;
@@ -30,11 +28,19 @@ const pollMs = 100;
  * request (else it is withdrawn), then for the answer. The request's row is
  * deleted once answered or withdrawn.
  */
-export async function reactivateThroughService(db: Db, subscriptionId: string, operator: string, { takeWithinMs }: { takeWithinMs: number }): Promise<ReactivationAnswer> {
+export async function reactivateThroughService(
+  db: Db,
+  subscriptionId: string,
+  operator: string,
+  { takeWithinMs }: { takeWithinMs: number },
+): Promise<ReactivationAnswer> {
   const id = randomUUID();
   const jobKey = `reactivation-request:${id}`;
   await db.transaction().execute(async (tx) => {
-    await tx.insertInto('webhook.reactivation_requests').values({ id, subscription_id: subscriptionId, requested_by: operator, outcome: null, http_status: null, detail: null, answered_at: null }).execute();
+    await tx
+      .insertInto('webhook.reactivation_requests')
+      .values({ id, subscription_id: subscriptionId, requested_by: operator, outcome: null, http_status: null, detail: null, answered_at: null })
+      .execute();
     await enqueueJob(tx, 'subscription_reactivation_request', { requestId: id }, { jobKey });
   });
   try {

@@ -153,10 +153,12 @@ export const subscriptionResource = z.looseObject({
   contact: contactField,
   channel: z.union(
     registeredChannels.map((channel) =>
-      channel.element.extend({
-        extension: z.array(extension).optional().describe('On a topic: backport-heartbeat-period, backport-timeout (seconds), backport-max-count'),
-        _payload: extensions.optional().describe('On a topic (required): backport-payload-content, valueCode empty, id-only or full-resource'),
-      }).loose(),
+      channel.element
+        .extend({
+          extension: z.array(extension).optional().describe('On a topic: backport-heartbeat-period, backport-timeout (seconds), backport-max-count'),
+          _payload: extensions.optional().describe('On a topic (required): backport-payload-content, valueCode empty, id-only or full-resource'),
+        })
+        .loose(),
     ),
   ),
 });
@@ -187,7 +189,8 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
   }
   const onTopic = isTopicCanonical(criteria);
   const filterCriteria = onTopic ? parseFilterCriteria(resource._criteria) : undefined;
-  if (!onTopic && resource._criteria !== undefined) throw refusal('_criteria (filters on a topic) applies to topic-based subscriptions; a criteria such as Patient?name=smith holds its filters itself');
+  if (!onTopic && resource._criteria !== undefined)
+    throw refusal('_criteria (filters on a topic) applies to topic-based subscriptions; a criteria such as Patient?name=smith holds its filters itself');
 
   if (resource.status === 'off') return { status: 'off', criteria, filterCriteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
@@ -288,7 +291,10 @@ type Extension = { url: string; [value: string]: unknown };
 /** The extensions of `element` (an object with an `extension` array, or nothing), refused by name when malformed. */
 function extensionsAt(where: string, element: unknown): Extension[] {
   const parsed = z
-    .object({ extension: z.array(z.looseObject({ url: z.string() }), { error: `${where}.extension must be an array of extensions with a url` }).optional() }, { error: `${where} must be an object` })
+    .object(
+      { extension: z.array(z.looseObject({ url: z.string() }), { error: `${where}.extension must be an array of extensions with a url` }).optional() },
+      { error: `${where} must be an object` },
+    )
     .optional()
     .safeParse(element);
   if (!parsed.success) throw refusal(parsed.error.issues[0]!.message);
@@ -299,11 +305,15 @@ function extensionsAt(where: string, element: unknown): Extension[] {
 function parseFilterCriteria(element: unknown): string[] {
   const filters = extensionsAt('_criteria', element).map((item) => {
     // An extension the service does not know (another version's filter-criteria, say) would change what the subscription means if ignored.
-    if (item.url !== backport.filterCriteria) throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
-    if (typeof item.valueString !== 'string' || item.valueString === '') throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
+    if (item.url !== backport.filterCriteria)
+      throw refusal(`_criteria has an extension this service does not support: ${item.url} (filters are ${backport.filterCriteria})`);
+    if (typeof item.valueString !== 'string' || item.valueString === '')
+      throw refusal('A backport-filter-criteria extension must have a valueString such as Encounter?patient=Patient/123');
     // Each filter is evaluated on every write its topic fires on, as a classic criteria is on every write of its type.
     if (item.valueString.length > maxCriteriaLength) {
-      throw refusal(`A backport-filter-criteria is ${item.valueString.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`);
+      throw refusal(
+        `A backport-filter-criteria is ${item.valueString.length.toLocaleString('en')} characters long; the limit is ${maxCriteriaLength.toLocaleString('en')}`,
+      );
     }
     return item.valueString;
   });
@@ -318,7 +328,8 @@ function parseBackportChannel(extensions: Extension[], payloadExtensions: Extens
   if (content !== undefined && !(payloadContents as readonly unknown[]).includes(content)) {
     throw refusal(`channel.payload's backport-payload-content must be ${payloadContents.join(', ')}`);
   }
-  if (content === undefined) throw refusal(`channel._payload needs a backport-payload-content extension (${payloadContents.join(', ')}): how much of each event a notification carries`);
+  if (content === undefined)
+    throw refusal(`channel._payload needs a backport-payload-content extension (${payloadContents.join(', ')}): how much of each event a notification carries`);
   const seconds = (url: string, name: string, least: number) => {
     const value = single(extensions, url, 'valueUnsignedInt');
     if (value !== undefined && (!Number.isInteger(value) || (value as number) < least || (value as number) > 2_147_483_647)) {
@@ -333,7 +344,8 @@ function parseBackportChannel(extensions: Extension[], payloadExtensions: Extens
     throw refusal(`channel's backport-timeout is ${timeoutSeconds} seconds; this service waits at most ${budgetSeconds} seconds for a subscriber's answer`);
   }
   const maxCount = single(extensions, backport.maxCount, 'valuePositiveInt');
-  if (maxCount !== undefined && (!Number.isInteger(maxCount) || (maxCount as number) < 1 || (maxCount as number) > 2_147_483_647)) throw refusal("channel's backport-max-count must be a positive whole number");
+  if (maxCount !== undefined && (!Number.isInteger(maxCount) || (maxCount as number) < 1 || (maxCount as number) > 2_147_483_647))
+    throw refusal("channel's backport-max-count must be a positive whole number");
   return { payloadContent: content as PayloadContent, heartbeatPeriodSeconds, timeoutSeconds, maxCount: maxCount as number | undefined };
 }
 

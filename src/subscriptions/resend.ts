@@ -25,7 +25,15 @@ export const nothingToResend = 'Nothing to resend: no event failed for good sinc
 /** Events failed since an instant, at most this many in one request: the rest with the next. */
 export const maxResentAtOnce = 10_000;
 
-type Candidate = { id: string; event_number: string | null; resource_type: string; resource_id: string; version_id: number; status: string; newer_sent: number | null };
+type Candidate = {
+  id: string;
+  event_number: string | null;
+  resource_type: string;
+  resource_id: string;
+  version_id: number;
+  status: string;
+  newer_sent: number | null;
+};
 
 /**
  * Queues the events `selection` names again. `caller` is the API client (it
@@ -44,7 +52,9 @@ export async function resendEvents(db: Db, subscriptionId: string, selection: Re
     : undefined;
   if (subscription === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
   if (subscription.status !== 'active') {
-    throw refusal(`Subscription/${subscriptionId} is ${subscription.status}: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`);
+    throw refusal(
+      `Subscription/${subscriptionId} is ${subscription.status}: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`,
+    );
   }
   const candidates = await candidatesOf(db, subscription, selection);
   const onTopic = subscription.topic_id !== null;
@@ -56,7 +66,11 @@ export async function resendEvents(db: Db, subscriptionId: string, selection: Re
     else skipped.push({ ...named(candidate), reason });
   }
   if (!('failedSince' in selection) && skipped.length > 0) throw refusal(`${describe(skipped[0]!)} cannot be sent again: ${skipped[0]!.reason}`);
-  const queued = await requeueEvents(db, subscription.id, queueable.map((candidate) => candidate.id));
+  const queued = await requeueEvents(
+    db,
+    subscription.id,
+    queueable.map((candidate) => candidate.id),
+  );
   return { queued: queued.map(named), skipped };
 }
 
@@ -108,7 +122,11 @@ async function candidatesOf(db: Db, subscription: { id: string; last_event_numbe
       .limit(1)
       .execute();
     if (found.length > 0) return found;
-    throw new FhirError(404, 'not-found', `The event of call ${selection.attemptId} (${attempt.resource_type}/${attempt.resource_id}/_history/${attempt.version_id}) is no longer held (settled events are kept DELIVERY_LOG_RETENTION_DAYS days)`);
+    throw new FhirError(
+      404,
+      'not-found',
+      `The event of call ${selection.attemptId} (${attempt.resource_type}/${attempt.resource_id}/_history/${attempt.version_id}) is no longer held (settled events are kept DELIVERY_LOG_RETENTION_DAYS days)`,
+    );
   }
   return events.where('e.status', '=', 'failed').where('e.settled_at', '>=', selection.failedSince).orderBy('e.id').limit(maxResentAtOnce).execute();
 }
@@ -130,7 +148,10 @@ function whyNot(candidate: Candidate, onTopic: boolean): string | undefined {
 }
 
 function named(event: RequeuedEventRow): ResentEvent {
-  return { eventNumber: event.event_number === null ? null : Number(event.event_number), resource: `${event.resource_type}/${event.resource_id}/_history/${event.version_id}` };
+  return {
+    eventNumber: event.event_number === null ? null : Number(event.event_number),
+    resource: `${event.resource_type}/${event.resource_id}/_history/${event.version_id}`,
+  };
 }
 
 function describe(event: ResentEvent): string {

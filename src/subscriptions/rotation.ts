@@ -64,14 +64,19 @@ export async function rotateSigningSecret(db: Db, box: SecretBox, subscriptionId
     const found = isUuid(subscriptionId)
       ? await visibleTo(transaction.selectFrom('webhook.subscriptions'), 'caller' in by ? by.caller : undefined)
           .select(['id', 'status', 'headers_encrypted', 'signing_secret_encrypted'])
-          .select(sql<string | null>`CASE WHEN previous_secret_until > clock_timestamp() THEN fhir.format_instant(previous_secret_until) END`.as('overlap_until_text'))
+          .select(
+            sql<string | null>`CASE WHEN previous_secret_until > clock_timestamp() THEN fhir.format_instant(previous_secret_until) END`.as(
+              'overlap_until_text',
+            ),
+          )
           .where('id', '=', subscriptionId)
           // Rotations, switch-offs and state changes of one subscription are made one after the other.
           .forUpdate()
           .executeTakeFirst()
       : undefined;
     if (found === undefined) throw notFound(`Subscription/${subscriptionId} is not known`);
-    if (found.status === 'off') throw new FhirError(409, 'conflict', `Subscription/${found.id} is off: a subscription switched off is never called again, and has no secret to rotate`);
+    if (found.status === 'off')
+      throw new FhirError(409, 'conflict', `Subscription/${found.id} is off: a subscription switched off is never called again, and has no secret to rotate`);
     if (found.overlap_until_text !== null) {
       throw new FhirError(
         409,

@@ -31,7 +31,12 @@ import { subscriptionIsSuperseded } from '../db/sql/subscription-is-superseded.t
  */
 
 export async function activate(db: Db, id: string): Promise<void> {
-  await db.updateTable('webhook.subscriptions').set({ status: 'active', failure_count: 0, error: null }).where('id', '=', id).where('status', '=', 'requested').execute();
+  await db
+    .updateTable('webhook.subscriptions')
+    .set({ status: 'active', failure_count: 0, error: null })
+    .where('id', '=', id)
+    .where('status', '=', 'requested')
+    .execute();
 }
 
 export async function failHandshake(db: Db, id: string, reason: string): Promise<void> {
@@ -115,7 +120,12 @@ export async function claimReactivation(db: Db, id: string, forMs: number): Prom
 
 /** Ends a reactivation claim, unless it ran out and another took the subscription's since. */
 export async function releaseReactivation(db: Db, id: string, claimedUntil: Date): Promise<void> {
-  await db.updateTable('webhook.subscriptions').set({ reactivation_claimed_until: null }).where('id', '=', id).where('reactivation_claimed_until', '=', claimedUntil).execute();
+  await db
+    .updateTable('webhook.subscriptions')
+    .set({ reactivation_claimed_until: null })
+    .where('id', '=', id)
+    .where('reactivation_claimed_until', '=', claimedUntil)
+    .execute();
 }
 
 /** One more time in error without a delivery, and the instant before which events leave it there. */

@@ -9,7 +9,14 @@ import { channelOf } from '../channels/registry.ts';
 import { isUuid, subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
-import { maxCallsPerSecondExtension, parallelCallsExtension, parseSubscriptionRequest, type RequestLimits, type SubscriptionRequest, type TopicCriteria } from './requests.ts';
+import {
+  maxCallsPerSecondExtension,
+  parallelCallsExtension,
+  parseSubscriptionRequest,
+  type RequestLimits,
+  type SubscriptionRequest,
+  type TopicCriteria,
+} from './requests.ts';
 import type { SecretBox } from './secrets.ts';
 import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
@@ -38,7 +45,12 @@ type Row = Selectable<SubscriptionsTable> & { last_updated_text: string; ended_a
  * subscription has no endpoint to shake hands with: it is active at once, and
  * each client that binds to it gets its handshake then (src/channels/websocket/channel.ts).
  */
-export async function submitSubscription(db: Db, context: SubscriptionContext, body: unknown, caller: Caller): Promise<{ created: boolean; resource: FhirResource }> {
+export async function submitSubscription(
+  db: Db,
+  context: SubscriptionContext,
+  body: unknown,
+  caller: Caller,
+): Promise<{ created: boolean; resource: FhirResource }> {
   const request = parseSubscriptionRequest(body, context);
   if (request.status === 'off') return { created: false, resource: render(await switchOff(db, request, caller), context, 'stored') };
   const row = await inTransaction(db, (transaction) => create(transaction, context, request, caller));
@@ -145,7 +157,9 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       // The rule is per key (migration 0032): the subscription in the way is the caller's own, never another client's.
       if (error instanceof pg.DatabaseError && error.constraint === 'subscriptions_one_live_per_key_and_criteria') {
         const what = request.kind === 'topic' ? `topic ${request.criteria} with ${filtersText(request.filterCriteria)}` : `criteria=${request.criteria}`;
-        throw refusal(`This API key already has a live (requested or active) subscription for ${what} (constraint subscriptions_one_live_per_key_and_criteria): switch it off first`);
+        throw refusal(
+          `This API key already has a live (requested or active) subscription for ${what} (constraint subscriptions_one_live_per_key_and_criteria): switch it off first`,
+        );
       }
       throw error;
     });
@@ -171,7 +185,8 @@ function criteriaColumns(compiled: CompiledCriteria) {
 async function topicColumns(db: Db, canonical: string, request: TopicCriteria) {
   const topic = await findTopic(db, canonical);
   if (topic === undefined) throw refusal(`criteria=${canonical} is not a topic this service offers (GET /fhir/resources/metadata lists them)`);
-  if (topic.status === 'retired') throw refusal(`criteria=${canonical}: the topic ${canonicalOf(topic.url, topic.version)} is retired and takes no new subscriptions`);
+  if (topic.status === 'retired')
+    throw refusal(`criteria=${canonical}: the topic ${canonicalOf(topic.url, topic.version)} is retired and takes no new subscriptions`);
   let filters: CompiledFilters;
   try {
     filters = compileFilterCriteria(topic.compiled, request.filterCriteria);
@@ -223,12 +238,18 @@ async function switchOff(db: Db, { criteria, filterCriteria }: Extract<Subscript
     .execute();
   const shown = ending.find((row) => row.status === 'requested' || row.status === 'active') ?? ending[0];
   if (!shown) {
-    throw refusal(`Not found webhook active or requested for criteria=${criteria}${filterCriteria === undefined ? '' : ` with ${filtersText(filterCriteria)}`}`);
+    throw refusal(
+      `Not found webhook active or requested for criteria=${criteria}${filterCriteria === undefined ? '' : ` with ${filtersText(filterCriteria)}`}`,
+    );
   }
   await db
     .updateTable('webhook.subscriptions')
     .set({ status: 'off', ended_at: sql<Date>`clock_timestamp()` })
-    .where('id', 'in', ending.map((row) => row.id))
+    .where(
+      'id',
+      'in',
+      ending.map((row) => row.id),
+    )
     .where('status', '!=', 'off')
     .execute();
   return selectRows(db).where('id', '=', shown.id).executeTakeFirstOrThrow();
@@ -340,7 +361,6 @@ function decodePageToken(token: string): [string, string] {
   }
   throw refusal('Invalid _page_token: use the next link of the previous page');
 }
-
 
 /**
  * Encrypts the credentials of the endpoints stored before migration 0015,

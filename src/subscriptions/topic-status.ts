@@ -63,7 +63,10 @@ async function findTopicSubscription(db: Db, caller: Caller, id: string): Promis
   const row = isUuid(id) ? await topicSubscriptions(db, caller).where('s.id', '=', id).executeTakeFirst() : undefined;
   if (row !== undefined) return row;
   const classic = isUuid(id) ? await visibleTo(db.selectFrom('webhook.subscriptions').select('id'), caller).where('id', '=', id).executeTakeFirst() : undefined;
-  if (classic !== undefined) throw refusal(`Subscription/${id} is not on a topic: $status and $events are for topic-based subscriptions (its state is its status and error, GET /Subscription/${id})`);
+  if (classic !== undefined)
+    throw refusal(
+      `Subscription/${id} is not on a topic: $status and $events are for topic-based subscriptions (its state is its status and error, GET /Subscription/${id})`,
+    );
   throw notFound(`Subscription/${id} is not known`);
 }
 
@@ -73,7 +76,12 @@ function queryStatus(context: SubscriptionContext, row: TopicSubscription): Fhir
 }
 
 /** $status of one subscription, or with `input` (`id`, `status`) the type-level form: a searchset Bundle of statuses. */
-export async function subscriptionStatus(db: Db, context: SubscriptionContext, caller: Caller, target: { id: string } | { input: OperationInput }): Promise<FhirResource> {
+export async function subscriptionStatus(
+  db: Db,
+  context: SubscriptionContext,
+  caller: Caller,
+  target: { id: string } | { input: OperationInput },
+): Promise<FhirResource> {
   let rows: TopicSubscription[];
   if ('id' in target) {
     rows = [await findTopicSubscription(db, caller, target.id)];
@@ -107,7 +115,14 @@ export async function subscriptionStatus(db: Db, context: SubscriptionContext, c
       const status = queryStatus(context, row);
       return { fullUrl: `urn:uuid:${status.id as string}`, resource: status, search: { mode: 'match' } };
     }),
-    ...(rows.length > maxStatuses ? [{ resource: information(`More than ${maxStatuses} subscriptions: the first ${maxStatuses} are shown; narrow with id or status`), search: { mode: 'outcome' } }] : []),
+    ...(rows.length > maxStatuses
+      ? [
+          {
+            resource: information(`More than ${maxStatuses} subscriptions: the first ${maxStatuses} are shown; narrow with id or status`),
+            search: { mode: 'outcome' },
+          },
+        ]
+      : []),
   ];
   // FHIR JSON has no empty arrays: no subscription, no entry.
   return { resourceType: 'Bundle', id: randomUUID(), type: 'searchset', total: shown.length, ...(entry.length === 0 ? {} : { entry }) };
@@ -143,13 +158,22 @@ export async function subscriptionEvents(db: Db, context: SubscriptionContext, c
   const shown = held.slice(0, maxEventsPerAnswer);
   const outcomes: string[] = [];
   if (from <= to) {
-    const missing = missingRanges(from, held.length > maxEventsPerAnswer ? shown.at(-1)!.eventNumber : to, shown.map((event) => event.eventNumber));
+    const missing = missingRanges(
+      from,
+      held.length > maxEventsPerAnswer ? shown.at(-1)!.eventNumber : to,
+      shown.map((event) => event.eventNumber),
+    );
     // Without a since, the events before the oldest held are not asked for by number: say so only when they were.
     const asked = since === undefined && shown.length > 0 ? missing.filter(([, high]) => high >= shown[0]!.eventNumber) : missing;
     if (asked.length > 0) {
-      outcomes.push(`Events ${asked.map(([low, high]) => (low === high ? `${low}` : `${low}-${high}`)).join(', ')} are no longer held: the service keeps settled events for DELIVERY_LOG_RETENTION_DAYS days`);
+      outcomes.push(
+        `Events ${asked.map(([low, high]) => (low === high ? `${low}` : `${low}-${high}`)).join(', ')} are no longer held: the service keeps settled events for DELIVERY_LOG_RETENTION_DAYS days`,
+      );
     }
-    if (held.length > maxEventsPerAnswer) outcomes.push(`More than ${maxEventsPerAnswer} events: these end at ${shown.at(-1)!.eventNumber}; ask again with eventsSinceNumber=${shown.at(-1)!.eventNumber + 1}`);
+    if (held.length > maxEventsPerAnswer)
+      outcomes.push(
+        `More than ${maxEventsPerAnswer} events: these end at ${shown.at(-1)!.eventNumber}; ask again with eventsSinceNumber=${shown.at(-1)!.eventNumber + 1}`,
+      );
   }
   const subject = subjectOf(context, row, content);
   const described = await describeEvents(db, (row.topic_compiled as CompiledTopic).shapes, content, shown, () => undefined);

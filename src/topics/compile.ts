@@ -87,7 +87,8 @@ function compileTrigger(trigger: SubscriptionTopic['resourceTrigger'][number], e
 function compileTest(resourceType: string, criteria: string, element: string): string | null {
   const compiled = refusingAs(element, () => compileCriteria(`${resourceType}?${criteria.replace(/^\?/, '')}`));
   if (compiled.relatedMatch !== null) throw new TopicRefused(element, 'chained parameters and _has are not supported in topic query criteria');
-  if (compiled.include.length > 0 || compiled.revinclude.length > 0) throw new TopicRefused(element, 'a query criteria filters; _include and _revinclude belong in notificationShape');
+  if (compiled.include.length > 0 || compiled.revinclude.length > 0)
+    throw new TopicRefused(element, 'a query criteria filters; _include and _revinclude belong in notificationShape');
   return compiled.match;
 }
 
@@ -98,17 +99,24 @@ function compileFilter(filter: NonNullable<SubscriptionTopic['canFilterBy']>[num
   const resourceType = filter.resource === undefined ? focusTypes[0]! : resourceTypeOf(filter.resource, `${element}.resource`);
   const parameter = searchParametersOf(resourceType).get(filter.filterParameter);
   if (parameter === undefined) throw new TopicRefused(`${element}.filterParameter`, `${resourceType} has no search parameter '${filter.filterParameter}'`);
-  if (!isSupported(parameter)) throw new TopicRefused(`${element}.filterParameter`, `search parameter ${filter.filterParameter} is not supported: ${parameter.unsupported}`);
+  if (!isSupported(parameter))
+    throw new TopicRefused(`${element}.filterParameter`, `search parameter ${filter.filterParameter} is not supported: ${parameter.unsupported}`);
   const modifiers = filter.modifier ?? null;
   for (const modifier of modifiers ?? []) {
     if (!modifiersByType[parameter.type].includes(modifier)) {
-      throw new TopicRefused(`${element}.modifier`, `'${modifier}' is not a modifier this service supports on ${resourceType}.${filter.filterParameter} (a ${parameter.type} parameter)`);
+      throw new TopicRefused(
+        `${element}.modifier`,
+        `'${modifier}' is not a modifier this service supports on ${resourceType}.${filter.filterParameter} (a ${parameter.type} parameter)`,
+      );
     }
   }
   const comparators = filter.comparator ?? null;
   const ordered = parameter.type === 'date' || parameter.type === 'number' || parameter.type === 'quantity';
   if (!ordered && comparators?.some((comparator) => comparator !== 'eq')) {
-    throw new TopicRefused(`${element}.comparator`, `comparators other than eq apply to date, number and quantity parameters; ${filter.filterParameter} is a ${parameter.type} parameter`);
+    throw new TopicRefused(
+      `${element}.comparator`,
+      `comparators other than eq apply to date, number and quantity parameters; ${filter.filterParameter} is a ${parameter.type} parameter`,
+    );
   }
   return { resourceType, parameter: filter.filterParameter, comparators, modifiers };
 }
@@ -128,7 +136,8 @@ const structureDefinitionBase = 'http://hl7.org/fhir/StructureDefinition/';
 /** `Encounter` or `http://hl7.org/fhir/StructureDefinition/Encounter` → Encounter. */
 function resourceTypeOf(resource: string, element: string): string {
   const type = resource.startsWith(structureDefinitionBase) ? resource.slice(structureDefinitionBase.length) : resource;
-  if (!isResourceType(type)) throw new TopicRefused(element, `'${resource}' is not an R4 resource type (or its StructureDefinition URL); profiles are not supported`);
+  if (!isResourceType(type))
+    throw new TopicRefused(element, `'${resource}' is not an R4 resource type (or its StructureDefinition URL); profiles are not supported`);
   return type;
 }
 
@@ -162,7 +171,10 @@ export function compileFilterCriteria(topic: CompiledTopic, filterCriteria: stri
     if (!focusTypes.includes(query.resourceType)) {
       throw badRequest(`filter ${criteria}: the topic is about ${focusTypes.join(', ')}, not ${query.resourceType}`);
     }
-    const beyond = [query.related.length > 0 && 'chains and _has', (query.include.length > 0 || query.revinclude.length > 0) && '_include and _revinclude'].find(Boolean);
+    const beyond = [
+      query.related.length > 0 && 'chains and _has',
+      (query.include.length > 0 || query.revinclude.length > 0) && '_include and _revinclude',
+    ].find(Boolean);
     if (beyond) throw badRequest(`filter ${criteria}: ${beyond} are not filters a topic offers`);
     if (query.filters.length === 0) throw badRequest(`filter ${criteria} has no filter parameter`);
     for (const filter of query.filters) checkOffered(topic, query.resourceType, filter, criteria);
@@ -176,7 +188,9 @@ function checkOffered(topic: CompiledTopic, resourceType: string, filter: Filter
   const offered = topic.filters.find((candidate) => candidate.resourceType === resourceType && candidate.parameter === code);
   if (offered === undefined) {
     const offers = topic.filters.filter((candidate) => candidate.resourceType === resourceType).map((candidate) => candidate.parameter);
-    throw badRequest(`filter ${criteria}: the topic does not offer filtering ${resourceType} by '${code}' (its canFilterBy: ${offers.length === 0 ? 'none' : offers.join(', ')})`);
+    throw badRequest(
+      `filter ${criteria}: the topic does not offer filtering ${resourceType} by '${code}' (its canFilterBy: ${offers.length === 0 ? 'none' : offers.join(', ')})`,
+    );
   }
   const modifier = filter.modifier === undefined ? undefined : typeof filter.modifier === 'string' ? filter.modifier : filter.modifier.type;
   if (modifier !== undefined && !(offered.modifiers ?? []).includes(modifier)) {

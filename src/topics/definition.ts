@@ -99,7 +99,10 @@ export function parseSubscriptionTopic(json: unknown): SubscriptionTopic {
   }
   for (const [index, filter] of (topic.canFilterBy ?? []).entries()) {
     if (filter.filterDefinition !== undefined) {
-      throw new TopicRefused(`SubscriptionTopic.canFilterBy[${index}].filterDefinition`, 'custom SearchParameter definitions are not supported: name an R4 search parameter in filterParameter');
+      throw new TopicRefused(
+        `SubscriptionTopic.canFilterBy[${index}].filterDefinition`,
+        'custom SearchParameter definitions are not supported: name an R4 search parameter in filterParameter',
+      );
     }
   }
   return topic;

@@ -77,7 +77,10 @@ export function statusParameters(
           { name: 'timestamp', valueInstant: event.timestamp },
           ...(withReferences ? [{ name: 'focus', valueReference: { reference: resourceUrl(subject, event.resourceType, event.resourceId) } }] : []),
           ...(withReferences
-            ? (event.additionalContext ?? []).map((item) => ({ name: 'additional-context', valueReference: { reference: resourceUrl(subject, item.resourceType, item.id!) } }))
+            ? (event.additionalContext ?? []).map((item) => ({
+                name: 'additional-context',
+                valueReference: { reference: resourceUrl(subject, item.resourceType, item.id!) },
+              }))
             : []),
         ],
       })),
@@ -159,7 +162,13 @@ export type LoggedEvent = Omit<TopicEvent, 'timestamp' | 'resource' | 'additiona
  * Includes past the bounds of one answer are left out (`leftOut` says why):
  * the event still goes.
  */
-export async function describeEvents(db: Db, shapes: TopicShape[], content: PayloadContent, events: LoggedEvent[], leftOut: (reason: string) => void): Promise<TopicEvent[]> {
+export async function describeEvents(
+  db: Db,
+  shapes: TopicShape[],
+  content: PayloadContent,
+  events: LoggedEvent[],
+  leftOut: (reason: string) => void,
+): Promise<TopicEvent[]> {
   return Promise.all(
     events.map(async ({ content: resource, lastUpdated, ...event }) => {
       const described: TopicEvent = { ...event, timestamp: lastUpdated.toISOString() };

@@ -26,7 +26,21 @@ import type { StoredTopic } from './store.ts';
 type Json = Record<string, unknown>;
 
 /** The R4 data types a topic's elements are carried as. */
-type R4Type = 'string' | 'markdown' | 'uri' | 'canonical' | 'code' | 'boolean' | 'date' | 'dateTime' | 'Identifier' | 'Coding' | 'CodeableConcept' | 'ContactDetail' | 'UsageContext' | 'Period';
+type R4Type =
+  | 'string'
+  | 'markdown'
+  | 'uri'
+  | 'canonical'
+  | 'code'
+  | 'boolean'
+  | 'date'
+  | 'dateTime'
+  | 'Identifier'
+  | 'Coding'
+  | 'CodeableConcept'
+  | 'ContactDetail'
+  | 'UsageContext'
+  | 'Period';
 
 /**
  * An element of the R5 SubscriptionTopic (or of one of its backbone
@@ -121,9 +135,17 @@ export function topicAsBasic(topic: StoredTopic): Json {
     ...extensionsOf(definition, topicElements, topicElement),
     ...carriedExtensions(definition.extension),
   ];
-  const statuses = status === undefined ? [] : [{ url: topicOnR4.artifactStatus, valueCode: status }, { url: topicElement('status'), valueCode: status }];
+  const statuses =
+    status === undefined
+      ? []
+      : [
+          { url: topicOnR4.artifactStatus, valueCode: status },
+          { url: topicElement('status'), valueCode: status },
+        ];
   const modifierExtension = [...statuses, ...carriedExtensions(definition.modifierExtension)];
-  const identifier = repeats(definition.identifier).map((item) => fitting(item, 'Identifier')).filter((item) => item !== undefined);
+  const identifier = repeats(definition.identifier)
+    .map((item) => fitting(item, 'Identifier'))
+    .filter((item) => item !== undefined);
   return withoutEmpty({
     resourceType: 'Basic',
     id: topic.id,
@@ -193,10 +215,56 @@ function narrative(text: unknown): unknown {
 
 /** The value types an R4 Extension may have (Extension.value[x]). */
 const r4ExtensionValueTypes = new Set([
-  'Base64Binary', 'Boolean', 'Canonical', 'Code', 'Date', 'DateTime', 'Decimal', 'Id', 'Instant', 'Integer', 'Markdown', 'Oid', 'PositiveInt', 'String', 'Time',
-  'UnsignedInt', 'Uri', 'Url', 'Uuid', 'Address', 'Age', 'Annotation', 'Attachment', 'CodeableConcept', 'Coding', 'ContactPoint', 'Count', 'Distance', 'Duration',
-  'HumanName', 'Identifier', 'Money', 'Period', 'Quantity', 'Range', 'Ratio', 'Reference', 'SampledData', 'Signature', 'Timing', 'ContactDetail', 'Contributor',
-  'DataRequirement', 'Expression', 'ParameterDefinition', 'RelatedArtifact', 'TriggerDefinition', 'UsageContext', 'Dosage', 'Meta',
+  'Base64Binary',
+  'Boolean',
+  'Canonical',
+  'Code',
+  'Date',
+  'DateTime',
+  'Decimal',
+  'Id',
+  'Instant',
+  'Integer',
+  'Markdown',
+  'Oid',
+  'PositiveInt',
+  'String',
+  'Time',
+  'UnsignedInt',
+  'Uri',
+  'Url',
+  'Uuid',
+  'Address',
+  'Age',
+  'Annotation',
+  'Attachment',
+  'CodeableConcept',
+  'Coding',
+  'ContactPoint',
+  'Count',
+  'Distance',
+  'Duration',
+  'HumanName',
+  'Identifier',
+  'Money',
+  'Period',
+  'Quantity',
+  'Range',
+  'Ratio',
+  'Reference',
+  'SampledData',
+  'Signature',
+  'Timing',
+  'ContactDetail',
+  'Contributor',
+  'DataRequirement',
+  'Expression',
+  'ParameterDefinition',
+  'RelatedArtifact',
+  'TriggerDefinition',
+  'UsageContext',
+  'Dosage',
+  'Meta',
 ]);
 
 /** Whose urls this module writes: the topic's own extension of the same url would say the same thing twice, or contradict it. */

@@ -58,7 +58,11 @@ export async function addTopics(db: Db, definitions: unknown[]): Promise<AddedTo
       } else if (sameJson(existing.definition, json)) {
         added.push({ outcome: 'unchanged', url: definition.url, version, status: existing.status });
       } else {
-        throw new TopicRefused('SubscriptionTopic.version', `${canonicalOf(definition.url, version)} is already defined differently: a changed topic needs a new version`, index);
+        throw new TopicRefused(
+          'SubscriptionTopic.version',
+          `${canonicalOf(definition.url, version)} is already defined differently: a changed topic needs a new version`,
+          index,
+        );
       }
     }
     return added;
@@ -105,7 +109,13 @@ export async function retireTopic(db: Db, canonical: string): Promise<string[]> 
  * active version.
  */
 export async function activeTopicCanonicals(db: Db): Promise<string[]> {
-  const rows = await db.selectFrom('webhook.subscription_topics').select(['url', 'version']).where('status', '=', 'active').orderBy('url').orderBy('added_at').execute();
+  const rows = await db
+    .selectFrom('webhook.subscription_topics')
+    .select(['url', 'version'])
+    .where('status', '=', 'active')
+    .orderBy('url')
+    .orderBy('added_at')
+    .execute();
   return [...new Set(rows.flatMap((row) => (row.version === null ? [row.url] : [row.url, canonicalOf(row.url, row.version)])))];
 }
 
@@ -149,6 +159,11 @@ function sameJson(a: unknown, b: unknown): boolean {
 
 function sorted(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(sorted);
-  if (value !== null && typeof value === 'object') return Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : 1)).map(([key, item]) => [key, sorted(item)]));
+  if (value !== null && typeof value === 'object')
+    return Object.fromEntries(
+      Object.entries(value)
+        .sort(([a], [b]) => (a < b ? -1 : 1))
+        .map(([key, item]) => [key, sorted(item)]),
+    );
   return value;
 }

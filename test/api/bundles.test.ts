@@ -54,7 +54,10 @@ describe('transaction Bundles', () => {
       type: 'transaction',
       entry: [
         { resource: { resourceType: 'Observation', status: 'final', code: { text: 'pulse' } }, request: { method: 'POST', url: 'Observation' } },
-        { resource: { resourceType: 'Observation', id: 'tx-obs', status: 'final', code: { text: 'pulse' } }, request: { method: 'PUT', url: 'Observation/tx-obs' } },
+        {
+          resource: { resourceType: 'Observation', id: 'tx-obs', status: 'final', code: { text: 'pulse' } },
+          request: { method: 'PUT', url: 'Observation/tx-obs' },
+        },
         { request: { method: 'DELETE', url: 'Observation/never-existed' } },
       ],
     });
@@ -76,7 +79,10 @@ describe('transaction Bundles', () => {
   });
 
   it('answers a transaction or batch without entries with a response without entries (FHIR JSON has no empty arrays), at the base and at /Bundle', async () => {
-    for (const [path, type] of [['/', 'transaction'], ['/Bundle', 'batch']] as const) {
+    for (const [path, type] of [
+      ['/', 'transaction'],
+      ['/Bundle', 'batch'],
+    ] as const) {
       const response = await t.fhir('POST', path, { resourceType: 'Bundle', type });
       expect(response.statusCode, response.body).toBe(200);
       expect(response.json()).toEqual({ resourceType: 'Bundle', id: expect.any(String), type: `${type}-response` });

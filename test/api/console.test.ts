@@ -62,7 +62,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     await page.close();
   });
 
-  it('lists the subscriptions with their state, shows a failing one\'s calls, follows new calls live, and shows no secret', { timeout: 60_000 }, async () => {
+  it("lists the subscriptions with their state, shows a failing one's calls, follows new calls live, and shows no secret", { timeout: 60_000 }, async () => {
     const { page, errors } = await openConsole();
     await page.fill('#key', apiKey);
     await page.click('button[type=submit]');
@@ -100,7 +100,9 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     // Neither on the page nor in the data it reads.
     const text = (await page.textContent('body')) ?? '';
     const data = await Promise.all(
-      ['/console/api/subscriptions', `/console/api/subscriptions/${scene.healthy}`].map(async (url) => (await fetch(new URL(url, consoleUrl), { headers: { 'x-api-key': apiKey } })).text()),
+      ['/console/api/subscriptions', `/console/api/subscriptions/${scene.healthy}`].map(async (url) =>
+        (await fetch(new URL(url, consoleUrl), { headers: { 'x-api-key': apiKey } })).text(),
+      ),
     );
     expect(data[0]).toContain(scene.healthy);
     for (const secret of ['console-secret-value', 'console-token-value', apiKey]) {
@@ -135,69 +137,81 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     const failed = page.locator('#attempts tbody tr', { hasText: 'notification' });
     await expect.poll(() => failed.count()).toBe(1);
     await failed.locator('button.resend').click();
-    await expect.poll(() => page.textContent('#resend-result')).toBe(`Not resent: Subscription/${scene.failing} is error: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`);
+    await expect
+      .poll(() => page.textContent('#resend-result'))
+      .toBe(
+        `Not resent: Subscription/${scene.failing} is error: only an active subscription is sent to (one in error is reactivated by its next event, or at once by $reactivate; resend then)`,
+      );
     // The browser logs the refused request itself; the page's script threw nothing.
     expect(errors.filter((error) => !error.includes('status of 400'))).toEqual([]);
     await page.close();
   });
 
-  it('opens a subscription from the keyboard and keeps the focus across refreshes; shows each call\'s id and event number, says when nothing is queued, and keeps times on one line', { timeout: 60_000 }, async () => {
-    const { page, errors } = await openConsole();
-    await page.setViewportSize({ width: 900, height: 900 });
-    await page.fill('#key', apiKey);
-    await page.click('button[type=submit]');
-    const rows = page.locator('#subscriptions tbody tr');
-    await expect.poll(() => rows.count()).toBeGreaterThanOrEqual(2);
+  it(
+    "opens a subscription from the keyboard and keeps the focus across refreshes; shows each call's id and event number, says when nothing is queued, and keeps times on one line",
+    { timeout: 60_000 },
+    async () => {
+      const { page, errors } = await openConsole();
+      await page.setViewportSize({ width: 900, height: 900 });
+      await page.fill('#key', apiKey);
+      await page.click('button[type=submit]');
+      const rows = page.locator('#subscriptions tbody tr');
+      await expect.poll(() => rows.count()).toBeGreaterThanOrEqual(2);
 
-    // Tab from the page's start reaches the rows; Enter on the failing one opens it.
-    // In the page's own terms (a string: this project's TypeScript has no DOM types).
-    const focusedKey = () => page.evaluate<string | undefined>('document.activeElement?.dataset.key');
-    for (let presses = 0; presses < 20 && (await focusedKey()) !== scene.failing; presses++) await page.keyboard.press('Tab');
-    expect(await focusedKey()).toBe(scene.failing);
-    await page.keyboard.press('Enter');
-    await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Failing');
-    // Two refreshes later the focus is still on that row (rebuilt), so Tab goes on from there.
-    await page.waitForTimeout(2500);
-    expect(await focusedKey()).toBe(scene.failing);
+      // Tab from the page's start reaches the rows; Enter on the failing one opens it.
+      // In the page's own terms (a string: this project's TypeScript has no DOM types).
+      const focusedKey = () => page.evaluate<string | undefined>('document.activeElement?.dataset.key');
+      for (let presses = 0; presses < 20 && (await focusedKey()) !== scene.failing; presses++) await page.keyboard.press('Tab');
+      expect(await focusedKey()).toBe(scene.failing);
+      await page.keyboard.press('Enter');
+      await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Failing');
+      // Two refreshes later the focus is still on that row (rebuilt), so Tab goes on from there.
+      await page.waitForTimeout(2500);
+      expect(await focusedKey()).toBe(scene.failing);
 
-    // The failed notification's call id and event number, as the database has them.
-    const { rows: recorded } = await t.database.pool.query<{ id: string; event_number: string }>(
-      "SELECT id::text, event_number::text FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification'",
-      [scene.failing],
-    );
-    expect(recorded).toHaveLength(1);
-    const call = page.locator('#attempts tbody tr', { hasText: 'notification' });
-    await expect.poll(() => call.count()).toBe(1);
-    expect(await call.locator('td').nth(1).textContent()).toBe(recorded[0]!.id);
-    expect(await call.locator('td').nth(3).textContent()).toBe(recorded[0]!.event_number);
+      // The failed notification's call id and event number, as the database has them.
+      const { rows: recorded } = await t.database.pool.query<{ id: string; event_number: string }>(
+        "SELECT id::text, event_number::text FROM webhook.delivery_attempts WHERE subscription_id = $1 AND kind = 'notification'",
+        [scene.failing],
+      );
+      expect(recorded).toHaveLength(1);
+      const call = page.locator('#attempts tbody tr', { hasText: 'notification' });
+      await expect.poll(() => call.count()).toBe(1);
+      expect(await call.locator('td').nth(1).textContent()).toBe(recorded[0]!.id);
+      expect(await call.locator('td').nth(3).textContent()).toBe(recorded[0]!.event_number);
 
-    // Nothing is queued for it: the page says so instead of showing an empty table.
-    expect(await page.locator('#queued tbody tr').count()).toBe(0);
-    expect(await page.isVisible('#queued-empty')).toBe(true);
-    expect(await page.textContent('#queued-empty')).toContain('Nothing queued');
+      // Nothing is queued for it: the page says so instead of showing an empty table.
+      expect(await page.locator('#queued tbody tr').count()).toBe(0);
+      expect(await page.isVisible('#queued-empty')).toBe(true);
+      expect(await page.textContent('#queued-empty')).toContain('Nothing queued');
 
-    // An instant is one line of text, however narrow the page.
-    const timeLines = await page.evaluate<number>(`(() => {
+      // An instant is one line of text, however narrow the page.
+      const timeLines = await page.evaluate<number>(`(() => {
       const range = document.createRange();
       range.selectNodeContents(document.querySelector('#attempts tbody tr td.time'));
       return new Set([...range.getClientRects()].map((rect) => Math.round(rect.top))).size;
     })()`);
-    expect(timeLines).toBe(1);
+      expect(timeLines).toBe(1);
 
-    // A second deactivation in the last 24 hours: marked as flapping.
-    await t.database.pool.query('INSERT INTO webhook.deactivation_alerts (subscription_id, recipients, reason) VALUES ($1, $2, $3)', [scene.failing, [], 'HTTP 500 again']);
-    const failing = rows.filter({ hasText: 'Patient?family=Failing' });
-    await expect.poll(() => failing.locator('td.flapping').textContent()).toBe('2');
-    expect(await failing.locator('td.flapping').getAttribute('title')).toMatch(/^Flapping: \d+ deactivations in a row without a delivery$/);
-    // When an event may reactivate it: the next one; or, held back by the flapping backoff, one from an instant on.
-    expect(await failing.locator('.next-reactivation').textContent()).toBe('The next event may reactivate it');
-    const { rows: held } = await t.database.pool.query<{ until: Date }>(
-      `UPDATE webhook.subscriptions SET deactivations_in_a_row = 3, reactivation_not_before = now() + interval '1 hour' WHERE id = $1 RETURNING reactivation_not_before AS until`,
-      [scene.failing],
-    );
-    await expect.poll(() => failing.locator('.next-reactivation').textContent()).toBe(`An event from ${held[0]!.until.toISOString()} on may reactivate it`);
-    expect(await rows.filter({ hasText: 'Patient?family=Shown' }).locator('.next-reactivation').count()).toBe(0);
-    expect(errors).toEqual([]);
-    await page.close();
-  });
+      // A second deactivation in the last 24 hours: marked as flapping.
+      await t.database.pool.query('INSERT INTO webhook.deactivation_alerts (subscription_id, recipients, reason) VALUES ($1, $2, $3)', [
+        scene.failing,
+        [],
+        'HTTP 500 again',
+      ]);
+      const failing = rows.filter({ hasText: 'Patient?family=Failing' });
+      await expect.poll(() => failing.locator('td.flapping').textContent()).toBe('2');
+      expect(await failing.locator('td.flapping').getAttribute('title')).toMatch(/^Flapping: \d+ deactivations in a row without a delivery$/);
+      // When an event may reactivate it: the next one; or, held back by the flapping backoff, one from an instant on.
+      expect(await failing.locator('.next-reactivation').textContent()).toBe('The next event may reactivate it');
+      const { rows: held } = await t.database.pool.query<{ until: Date }>(
+        `UPDATE webhook.subscriptions SET deactivations_in_a_row = 3, reactivation_not_before = now() + interval '1 hour' WHERE id = $1 RETURNING reactivation_not_before AS until`,
+        [scene.failing],
+      );
+      await expect.poll(() => failing.locator('.next-reactivation').textContent()).toBe(`An event from ${held[0]!.until.toISOString()} on may reactivate it`);
+      expect(await rows.filter({ hasText: 'Patient?family=Shown' }).locator('.next-reactivation').count()).toBe(0);
+      expect(errors).toEqual([]);
+      await page.close();
+    },
+  );
 });

@@ -65,7 +65,9 @@ const patient = (identifier: string, given = 'Ada') => ({
 
 /** The versions of Patient `id` the subscriber was sent, in order. */
 const notifiedVersions = (id: string) =>
-  receiver.calls.filter((call) => call.json.resourceType === 'Patient' && call.json.id === id).map((call) => (call.json.meta as { versionId: string }).versionId);
+  receiver.calls
+    .filter((call) => call.json.resourceType === 'Patient' && call.json.id === id)
+    .map((call) => (call.json.meta as { versionId: string }).versionId);
 
 describe('fhir-kit-client against the service', () => {
   it('transaction() and batch() at the base: one database transaction, urn references rewritten; a batch entry fails alone', async () => {
@@ -76,7 +78,12 @@ describe('fhir-kit-client against the service', () => {
         entry: [
           { fullUrl: 'urn:uuid:0b7e0c36-3f0a-4c8f-9a56-0d6f1f2b8a10', resource: patient('TX-1'), request: { method: 'POST', url: 'Patient' } },
           {
-            resource: { resourceType: 'Observation', status: 'final', code: { text: 'weight' }, subject: { reference: 'urn:uuid:0b7e0c36-3f0a-4c8f-9a56-0d6f1f2b8a10' } },
+            resource: {
+              resourceType: 'Observation',
+              status: 'final',
+              code: { text: 'weight' },
+              subject: { reference: 'urn:uuid:0b7e0c36-3f0a-4c8f-9a56-0d6f1f2b8a10' },
+            },
             request: { method: 'POST', url: 'Observation' },
           },
         ],
@@ -91,10 +98,7 @@ describe('fhir-kit-client against the service', () => {
       body: {
         resourceType: 'Bundle',
         type: 'batch',
-        entry: [
-          { request: { method: 'GET', url: `Patient/${patientId}` } },
-          { request: { method: 'GET', url: 'Patient/never-was' } },
-        ],
+        entry: [{ request: { method: 'GET', url: `Patient/${patientId}` } }, { request: { method: 'GET', url: 'Patient/never-was' } }],
       },
     })) as Json;
     expect(batch.type).toBe('batch-response');
@@ -106,10 +110,7 @@ describe('fhir-kit-client against the service', () => {
         body: {
           resourceType: 'Bundle',
           type: 'transaction',
-          entry: [
-            { resource: patient('TX-2'), request: { method: 'POST', url: 'Patient' } },
-            { request: { method: 'DELETE', url: 'Patient/never-was' } },
-          ],
+          entry: [{ resource: patient('TX-2'), request: { method: 'POST', url: 'Patient' } }, { request: { method: 'DELETE', url: 'Patient/never-was' } }],
         },
       }),
     );
@@ -126,13 +127,25 @@ describe('fhir-kit-client against the service', () => {
         resourceType: 'Bundle',
         type: 'transaction',
         entry: [
-          { fullUrl: 'urn:uuid:5d0c7a4e-9a2b-4a55-8d1e-2f1b6f3c7a01', resource: patient('BE-1', 'Ignored'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=BE-1' } },
           {
-            resource: { resourceType: 'Observation', status: 'final', code: { text: 'height' }, subject: { reference: 'urn:uuid:5d0c7a4e-9a2b-4a55-8d1e-2f1b6f3c7a01' } },
+            fullUrl: 'urn:uuid:5d0c7a4e-9a2b-4a55-8d1e-2f1b6f3c7a01',
+            resource: patient('BE-1', 'Ignored'),
+            request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=BE-1' },
+          },
+          {
+            resource: {
+              resourceType: 'Observation',
+              status: 'final',
+              code: { text: 'height' },
+              subject: { reference: 'urn:uuid:5d0c7a4e-9a2b-4a55-8d1e-2f1b6f3c7a01' },
+            },
             request: { method: 'POST', url: 'Observation' },
           },
           { resource: patient('BE-2'), request: { method: 'PUT', url: 'Patient?identifier=BE-2' } },
-          { resource: { resourceType: 'Binary', contentType: 'application/json-patch+json', data: patch }, request: { method: 'PATCH', url: `Patient/${existing.id as string}` } },
+          {
+            resource: { resourceType: 'Binary', contentType: 'application/json-patch+json', data: patch },
+            request: { method: 'PATCH', url: `Patient/${existing.id as string}` },
+          },
           { request: { method: 'DELETE', url: 'Patient?identifier=BE-3' } },
         ],
       },
@@ -178,7 +191,11 @@ describe('fhir-kit-client against the service', () => {
     const id = created.json<{ id: string }>().id;
     await untilStatus(t, id, 'active');
     for (const encounter of ['kit-1', 'kit-2']) {
-      await client.update({ resourceType: 'Encounter', id: encounter, body: { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' } } });
+      await client.update({
+        resourceType: 'Encounter',
+        id: encounter,
+        body: { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' } },
+      });
     }
     await topicReceiver.waitForCalls(3);
     await topicReceiver.close();
@@ -189,10 +206,20 @@ describe('fhir-kit-client against the service', () => {
       const status = answer.entry[0].resource.parameter;
       expect(status.find((part: Json) => part.name === 'events-since-subscription-start').valueString).toBe('2');
     }
-    const typeLevel = (await client.operation({ name: '$status', resourceType: 'Subscription', input: { resourceType: 'Parameters', parameter: [{ name: 'id', valueString: id }] } })) as Json;
+    const typeLevel = (await client.operation({
+      name: '$status',
+      resourceType: 'Subscription',
+      input: { resourceType: 'Parameters', parameter: [{ name: 'id', valueString: id }] },
+    })) as Json;
     expect(typeLevel.total).toBe(1);
 
-    const eventsByGet = (await client.operation({ name: '$events', resourceType: 'Subscription', id, method: 'GET', input: { eventsSinceNumber: '2' } })) as Json;
+    const eventsByGet = (await client.operation({
+      name: '$events',
+      resourceType: 'Subscription',
+      id,
+      method: 'GET',
+      input: { eventsSinceNumber: '2' },
+    })) as Json;
     const eventsByPost = (await client.operation({
       name: '$events',
       resourceType: 'Subscription',
@@ -202,7 +229,14 @@ describe('fhir-kit-client against the service', () => {
     for (const answer of [eventsByGet, eventsByPost]) {
       expect(answer.entry.slice(1).map((entry: Json) => entry.fullUrl)).toEqual([`${t.serviceBase}/Encounter/kit-2`]);
     }
-    const wrong = await refusal(client.operation({ name: '$events', resourceType: 'Subscription', id, input: { resourceType: 'Parameters', parameter: [{ name: 'since', valueString: '1' }] } }));
+    const wrong = await refusal(
+      client.operation({
+        name: '$events',
+        resourceType: 'Subscription',
+        id,
+        input: { resourceType: 'Parameters', parameter: [{ name: 'since', valueString: '1' }] },
+      }),
+    );
     expect(wrong.status).toBe(400);
     expect(wrong.text).toContain("Unknown parameter 'since'");
   });
@@ -215,7 +249,9 @@ describe('fhir-kit-client against the service', () => {
     expect(again.name[0].given).toEqual(['Ada']);
 
     const concurrent = await Promise.all(
-      Array.from({ length: 8 }, () => client.create({ resourceType: 'Patient', body: patient('CC-2'), options: { headers: { 'If-None-Exist': 'identifier=CC-2' } } })),
+      Array.from({ length: 8 }, () =>
+        client.create({ resourceType: 'Patient', body: patient('CC-2'), options: { headers: { 'If-None-Exist': 'identifier=CC-2' } } }),
+      ),
     );
     expect(new Set(concurrent.map((created) => (created as Json).id)).size).toBe(1);
     expect(((await client.search({ resourceType: 'Patient', searchParams: { identifier: 'CC-2' } })) as Json).total).toBe(1);
@@ -229,15 +265,25 @@ describe('fhir-kit-client against the service', () => {
   });
 
   it('conditional update (PUT Type?search) creates, then updates what it selects; several are 412; the versions are notified', async () => {
-    const created = (await client.update({ resourceType: 'Patient', searchParams: { identifier: 'http://hospital.example/mrn|CU-1' }, body: patient('CU-1') })) as Json;
+    const created = (await client.update({
+      resourceType: 'Patient',
+      searchParams: { identifier: 'http://hospital.example/mrn|CU-1' },
+      body: patient('CU-1'),
+    })) as Json;
     expect(created.meta.versionId).toBe('1');
-    const updated = (await client.update({ resourceType: 'Patient', searchParams: { identifier: 'http://hospital.example/mrn|CU-1' }, body: patient('CU-1', 'Grace') })) as Json;
+    const updated = (await client.update({
+      resourceType: 'Patient',
+      searchParams: { identifier: 'http://hospital.example/mrn|CU-1' },
+      body: patient('CU-1', 'Grace'),
+    })) as Json;
     expect(updated).toMatchObject({ id: created.id, meta: { versionId: '2' }, name: [{ given: ['Grace'] }] });
     await waitFor(() => (notifiedVersions(created.id as string).join() === '1,2' ? true : undefined), 5000, 'both versions notified');
 
     const several = await refusal(client.update({ resourceType: 'Patient', searchParams: { family: 'Kit' }, body: patient('CU-2') }));
     expect(several.status).toBe(412);
-    const wrongId = await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'CU-1' }, body: { ...patient('CU-1'), id: 'someone-else' } }));
+    const wrongId = await refusal(
+      client.update({ resourceType: 'Patient', searchParams: { identifier: 'CU-1' }, body: { ...patient('CU-1'), id: 'someone-else' } }),
+    );
     expect(wrongId.status).toBe(400);
   });
 
@@ -270,7 +316,9 @@ describe('fhir-kit-client against the service', () => {
     expect(failedTest.text).not.toContain('Augusta');
     expect((await refusal(client.patch({ resourceType: 'Patient', id, jsonPatch: [{ op: 'remove', path: '/telecom/0' }] }))).status).toBe(422);
     expect((await refusal(client.patch({ resourceType: 'Patient', id, jsonPatch: [{ op: 'replace', path: '/id', value: 'other' }] }))).status).toBe(422);
-    const stale = await refusal(client.patch({ resourceType: 'Patient', id, jsonPatch: [{ op: 'remove', path: '/birthDate' }], options: { headers: { 'If-Match': 'W/"1"' } } }));
+    const stale = await refusal(
+      client.patch({ resourceType: 'Patient', id, jsonPatch: [{ op: 'remove', path: '/birthDate' }], options: { headers: { 'If-Match': 'W/"1"' } } }),
+    );
     expect(stale.status).toBe(412);
     expect(((await client.read({ resourceType: 'Patient', id })) as Json).meta.versionId).toBe('2');
   });
@@ -322,12 +370,21 @@ describe('fhir-kit-client against the service', () => {
 describe('conditional writes, history and links at their edges', () => {
   it('a conditional update that selects nothing does not overwrite another resource by its body id (409), and checks that id', async () => {
     const other = (await client.create({ resourceType: 'Patient', body: patient('EDGE-1') })) as Json;
-    const overwrite = await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: other.id as string } }));
+    const overwrite = await refusal(
+      client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: other.id as string } }),
+    );
     expect(overwrite.status).toBe(409);
     expect(((await client.read({ resourceType: 'Patient', id: other.id as string })) as Json).identifier[0].value).toBe('EDGE-1');
-    expect((await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: 'not an id' } }))).status).toBe(400);
+    expect(
+      (await refusal(client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-NONE' }, body: { ...patient('EDGE-NONE'), id: 'not an id' } })))
+        .status,
+    ).toBe(400);
     // A new id of its own is update-as-create.
-    const created = (await client.update({ resourceType: 'Patient', searchParams: { identifier: 'EDGE-2' }, body: { ...patient('EDGE-2'), id: 'edge-2' } })) as Json;
+    const created = (await client.update({
+      resourceType: 'Patient',
+      searchParams: { identifier: 'EDGE-2' },
+      body: { ...patient('EDGE-2'), id: 'edge-2' },
+    })) as Json;
     expect(created.id).toBe('edge-2');
   });
 
@@ -347,7 +404,11 @@ describe('conditional writes, history and links at their edges', () => {
         resourceType: 'Bundle',
         type: 'batch',
         entry: [
-          { fullUrl: 'urn:uuid:1b0e7a52-3c4d-4e5f-8a9b-0c1d2e3f4a50', resource: patient('EDGE-4'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'family=Kit' } },
+          {
+            fullUrl: 'urn:uuid:1b0e7a52-3c4d-4e5f-8a9b-0c1d2e3f4a50',
+            resource: patient('EDGE-4'),
+            request: { method: 'POST', url: 'Patient', ifNoneExist: 'family=Kit' },
+          },
           { resource: patient('EDGE-5'), request: { method: 'POST', url: 'Patient' } },
         ],
       },
@@ -361,7 +422,11 @@ describe('conditional writes, history and links at their edges', () => {
           type: 'transaction',
           entry: [
             { resource: patient('EDGE-6'), request: { method: 'POST', url: 'Patient' } },
-            { fullUrl: 'urn:uuid:2c1f8b63-4d5e-4f60-9bac-1d2e3f4a5b61', resource: patient('EDGE-6'), request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=EDGE-6' } },
+            {
+              fullUrl: 'urn:uuid:2c1f8b63-4d5e-4f60-9bac-1d2e3f4a5b61',
+              resource: patient('EDGE-6'),
+              request: { method: 'POST', url: 'Patient', ifNoneExist: 'identifier=EDGE-6' },
+            },
           ],
         },
       }),
@@ -380,7 +445,11 @@ describe('conditional writes, history and links at their edges', () => {
       expect(response.statusCode, since).toBe(400);
     }
     // A forged page token is refused before any of it reaches SQL: a day that does not exist, a key too short or too long.
-    for (const key of [['2026-02-30T00:00:00.000000Z', 'Patient', 'x', 1], ['2026-02-01T00:00:00.000000Z', 'Patient', 'x'], ['2026-02-01T00:00:00.000000Z', 'Patient', 'x', 1, 'before', 2]]) {
+    for (const key of [
+      ['2026-02-30T00:00:00.000000Z', 'Patient', 'x', 1],
+      ['2026-02-01T00:00:00.000000Z', 'Patient', 'x'],
+      ['2026-02-01T00:00:00.000000Z', 'Patient', 'x', 1, 'before', 2],
+    ]) {
       const response = await t.fhir('GET', `/_history?_page_token=${Buffer.from(JSON.stringify(key)).toString('base64url')}`);
       expect(response.statusCode, JSON.stringify(key)).toBe(400);
       expect(response.json().issue[0].details.text).toContain('Invalid _page_token');

@@ -23,7 +23,14 @@ afterAll(() => t.close());
 
 /** An API on the test database with some of its bounds changed (the shared one keeps the defaults). */
 const appWith = (options: Partial<AppOptions>) =>
-  buildApp({ database: t.database, baseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: pino({ level: 'silent' }), ...options });
+  buildApp({
+    database: t.database,
+    baseUrl,
+    webhookNamingSystem: 'webhook',
+    secretsEncryptionKey: testSecretsKey,
+    logger: pino({ level: 'silent' }),
+    ...options,
+  });
 
 const subscription = (criteria: string, extra: Record<string, unknown> = {}) => ({
   resourceType: 'Subscription',
@@ -55,7 +62,11 @@ describe('values that once answered 500', () => {
   it.each([
     ['criteria with NUL', subscription('Patient?name=a\u0000b'), /NUL/],
     ['criteria with a lone surrogate', subscription('Patient?name=a\ud800b'), /surrogate|UTF-16/],
-    ['an endpoint with NUL', subscription('Patient?active=true', { channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/a\u0000', payload: 'application/fhir+json' } }), /NUL|endpoint/],
+    [
+      'an endpoint with NUL',
+      subscription('Patient?active=true', { channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/a\u0000', payload: 'application/fhir+json' } }),
+      /NUL|endpoint/,
+    ],
   ])('a Subscription with %s is a 400', async (_, body, message) => {
     expectRefusal(await t.fhir('POST', '/Subscription', body), message);
   });
@@ -75,7 +86,8 @@ describe('lengths', () => {
 
   it("accepts criteria of HAPI's matcher case (51 alternatives of 200 characters, 3 bytes each in UTF-8: far past a btree entry), and a second live one is the duplicate it is", async () => {
     // Random so that no compression brings it under a btree entry's 2,704 bytes: the indexes hold its digest (migrations 0011, 0023).
-    const alternative = (index: number) => Array.from({ length: 200 }, (_, position) => String.fromCodePoint(0x4e00 + ((index * 7919 + position * 104_729) % 20_000))).join('');
+    const alternative = (index: number) =>
+      Array.from({ length: 200 }, (_, position) => String.fromCodePoint(0x4e00 + ((index * 7919 + position * 104_729) % 20_000))).join('');
     const criteria = `Patient?name=${Array.from({ length: 51 }, (_, index) => alternative(index)).join(',')}`;
     expect(Buffer.byteLength(criteria)).toBeGreaterThan(30_000);
     const first = await t.fhir('POST', '/Subscription', subscription(criteria));
@@ -97,8 +109,13 @@ describe('lengths', () => {
     expect(rows[0].terms).toBe(0);
     // Active, it is evaluated on every Patient written, and records the one that holds the value.
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
-    for (const [patientId, identifier] of [['cjk-match', value], ['cjk-other', 'x']]) {
-      expect((await t.fhir('PUT', `/Patient/${patientId}`, { resourceType: 'Patient', id: patientId, identifier: [{ value: identifier }] })).statusCode).toBe(201);
+    for (const [patientId, identifier] of [
+      ['cjk-match', value],
+      ['cjk-other', 'x'],
+    ]) {
+      expect((await t.fhir('PUT', `/Patient/${patientId}`, { resourceType: 'Patient', id: patientId, identifier: [{ value: identifier }] })).statusCode).toBe(
+        201,
+      );
     }
     const events = await t.database.pool.query('SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1', [id]);
     expect(events.rows.map((row) => row.resource_id)).toEqual(['cjk-match']);
@@ -152,7 +169,9 @@ describe('bounds on what one request may hold', () => {
   }
 
   it('a body trickled byte by byte is cut off at the request timeout', async () => {
-    const { answer } = await trickle(`POST /fhir/resources/Patient HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nContent-Type: application/fhir+json\r\nContent-Length: 1000`);
+    const { answer } = await trickle(
+      `POST /fhir/resources/Patient HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${t.apiKey}\r\nContent-Type: application/fhir+json\r\nContent-Length: 1000`,
+    );
     expect(answer, 'the connection is still open after 5 s').toBeDefined();
     expect(answer).toMatch(/^HTTP\/1.1 408/);
     expect(answer).toContain('"resourceType":"OperationOutcome"');
@@ -185,7 +204,10 @@ describe('bounds on what one request may hold', () => {
       expect(fits.status).not.toBe(431);
       const tooLarge = await get(`_id=${'a'.repeat(40_000)}`);
       expect(tooLarge.status).toBe(431);
-      expect(await tooLarge.json()).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'too-costly', details: { text: expect.stringContaining('32 KiB') } }] });
+      expect(await tooLarge.json()).toMatchObject({
+        resourceType: 'OperationOutcome',
+        issue: [{ code: 'too-costly', details: { text: expect.stringContaining('32 KiB') } }],
+      });
     } finally {
       await app.close();
     }
@@ -198,7 +220,11 @@ describe('bounds on what one request may hold', () => {
       await t.database.pool.query(
         `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Patient', 'name', jsonb_build_array(jsonb_build_object('family', 'Family' || n))) FROM generate_series(1, 5000) n`,
       );
-      const response = await app.inject({ method: 'GET', url: `/fhir/resources/Patient?name:contains=${'x'.repeat(500)}&_total=accurate`, headers: { 'x-api-key': t.apiKey } });
+      const response = await app.inject({
+        method: 'GET',
+        url: `/fhir/resources/Patient?name:contains=${'x'.repeat(500)}&_total=accurate`,
+        headers: { 'x-api-key': t.apiKey },
+      });
       expect(response.statusCode, response.body).toBe(503);
       expect(response.json().issue[0]).toMatchObject({ code: 'timeout', details: { text: expect.stringMatching(/longer than the database allows/) } });
     } finally {
@@ -210,7 +236,10 @@ describe('bounds on what one request may hold', () => {
 
 describe('bounds on one answer', () => {
   it('refuses a transaction Bundle of more than 1,000 entries with 413 too-costly, before doing any of it', async () => {
-    const entry = Array.from({ length: 1_001 }, () => ({ resource: { resourceType: 'Basic', code: { text: 'x' } }, request: { method: 'POST', url: 'Basic' } }));
+    const entry = Array.from({ length: 1_001 }, () => ({
+      resource: { resourceType: 'Basic', code: { text: 'x' } },
+      request: { method: 'POST', url: 'Basic' },
+    }));
     const response = await t.fhir('POST', '/Bundle', { resourceType: 'Bundle', type: 'transaction', entry });
     expect(response.statusCode).toBe(413);
     expect(response.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text: expect.stringMatching(/1,001 entries; the limit is 1,000/) } });
@@ -244,7 +273,10 @@ describe('bounds on one answer', () => {
     await t.fhir('PUT', '/Group/crowd', { resourceType: 'Group', id: 'crowd', type: 'person', actual: true, member });
     const response = await t.fhir('GET', '/Group?_id=crowd&_include=Group:member');
     expect(response.statusCode).toBe(400);
-    expect(response.json().issue[0]).toMatchObject({ code: 'too-costly', details: { text: expect.stringMatching(/pass 1,000 resources or 16 MiB: lower _count/) } });
+    expect(response.json().issue[0]).toMatchObject({
+      code: 'too-costly',
+      details: { text: expect.stringMatching(/pass 1,000 resources or 16 MiB: lower _count/) },
+    });
     const fewer = await t.fhir('GET', '/Group?_id=crowd&_include=Group:member:Practitioner');
     expect(fewer.statusCode).toBe(200);
   });
@@ -284,7 +316,10 @@ describe('rate limit per API key', () => {
       const throttled = await get(t.apiKey);
       expect(throttled.statusCode).toBe(429);
       expect(Number(throttled.headers['retry-after'])).toBeGreaterThan(0);
-      expect(throttled.json()).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ code: 'throttled', details: { text: expect.stringMatching(/More than 3 requests in a minute/) } }] });
+      expect(throttled.json()).toMatchObject({
+        resourceType: 'OperationOutcome',
+        issue: [{ code: 'throttled', details: { text: expect.stringMatching(/More than 3 requests in a minute/) } }],
+      });
       expect((await get(other)).statusCode).toBe(200);
       // Health checks are not counted: they have no key.
       for (let request = 0; request < 5; request++) expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
@@ -301,7 +336,16 @@ describe('injection', () => {
   it.each(hostile)('%s as a token, string, reference, uri and :contains value matches nothing it should not', async (value) => {
     await t.fhir('PUT', '/Patient/innocent', { resourceType: 'Patient', id: 'innocent', active: true, name: [{ family: 'Innocent' }], gender: 'female' });
     const encoded = encodeURIComponent(value);
-    for (const query of [`gender=${encoded}`, `name=${encoded}`, `name:exact=${encoded}`, `name:contains=${encoded}`, `general-practitioner=${encoded}`, `_profile=${encoded}`, `_id=${encoded}`, `identifier=${encoded}|${encoded}`]) {
+    for (const query of [
+      `gender=${encoded}`,
+      `name=${encoded}`,
+      `name:exact=${encoded}`,
+      `name:contains=${encoded}`,
+      `general-practitioner=${encoded}`,
+      `_profile=${encoded}`,
+      `_id=${encoded}`,
+      `identifier=${encoded}|${encoded}`,
+    ]) {
       const response = await t.fhir('GET', `/Patient?_id=innocent&${query}`);
       // Either refused as malformed, or a search that finds nothing: never the innocent Patient, never a 500.
       expect([200, 400], `${query}: ${response.body}`).toContain(response.statusCode);

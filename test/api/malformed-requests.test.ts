@@ -25,7 +25,15 @@ const patient = JSON.stringify({ resourceType: 'Patient' });
 
 const cases: Case[] = [
   // Said to be malformed JSON, where, and not blamed on its content type (as application/fhir+json or application/json alike).
-  { name: 'malformed JSON', method: 'POST', path: '/Patient', body: '{"resourceType": "Patient",', status: 400, code: 'invalid', text: /^The body is not valid JSON: .*JSON at position 27/ },
+  {
+    name: 'malformed JSON',
+    method: 'POST',
+    path: '/Patient',
+    body: '{"resourceType": "Patient",',
+    status: 400,
+    code: 'invalid',
+    text: /^The body is not valid JSON: .*JSON at position 27/,
+  },
   {
     name: 'malformed JSON with its context',
     method: 'POST',
@@ -48,12 +56,35 @@ const cases: Case[] = [
     code: 'invalid',
     text: /does not match the URL's type 'Patient'/,
   },
-  { name: 'an unknown resource type', method: 'POST', path: '/Patientt', body: JSON.stringify({ resourceType: 'Patientt' }), status: 404, code: 'not-found', text: /Unknown resource type 'Patientt'/ },
+  {
+    name: 'an unknown resource type',
+    method: 'POST',
+    path: '/Patientt',
+    body: JSON.stringify({ resourceType: 'Patientt' }),
+    status: 404,
+    code: 'not-found',
+    text: /Unknown resource type 'Patientt'/,
+  },
   { name: 'an abstract type', method: 'GET', path: '/DomainResource/x', status: 404, code: 'not-found', text: /not a FHIR R4 resource type/ },
   { name: 'an invalid id', method: 'GET', path: '/Patient/has_underscore', status: 400, code: 'invalid', text: /Invalid resource id/ },
   { name: 'a too long id', method: 'PUT', path: `/Patient/${'a'.repeat(65)}`, body: patient, status: 400, code: 'invalid', text: /Invalid resource id/ },
-  { name: 'an id with a NUL (quoted, as FHIR text cannot hold it)', method: 'GET', path: '/Patient/a%00b', status: 400, code: 'invalid', text: /^Invalid resource id "a\\u0000b"/ },
-  { name: 'a number JSON cannot hold', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","multipleBirthInteger":1e400}', status: 400, code: 'invalid', text: /too large for JSON/ },
+  {
+    name: 'an id with a NUL (quoted, as FHIR text cannot hold it)',
+    method: 'GET',
+    path: '/Patient/a%00b',
+    status: 400,
+    code: 'invalid',
+    text: /^Invalid resource id "a\\u0000b"/,
+  },
+  {
+    name: 'a number JSON cannot hold',
+    method: 'POST',
+    path: '/Patient',
+    body: '{"resourceType":"Patient","multipleBirthInteger":1e400}',
+    status: 400,
+    code: 'invalid',
+    text: /too large for JSON/,
+  },
   { name: 'an update without id', method: 'PUT', path: '/Patient/existing', body: patient, status: 400, code: 'required', text: /has no id/ },
   {
     name: "an update whose id is not the URL's",
@@ -64,7 +95,15 @@ const cases: Case[] = [
     code: 'invalid',
     text: /does not match the URL's id/,
   },
-  { name: 'meta that is not an object', method: 'POST', path: '/Patient', body: JSON.stringify({ resourceType: 'Patient', meta: 'x' }), status: 400, code: 'structure', text: /meta/ },
+  {
+    name: 'meta that is not an object',
+    method: 'POST',
+    path: '/Patient',
+    body: JSON.stringify({ resourceType: 'Patient', meta: 'x' }),
+    status: 400,
+    code: 'structure',
+    text: /meta/,
+  },
   {
     name: 'a malformed If-Match',
     method: 'PUT',
@@ -76,7 +115,16 @@ const cases: Case[] = [
     text: /If-Match/,
   },
   { name: 'a non-numeric version', method: 'GET', path: '/Patient/existing/_history/latest', status: 400, code: 'invalid', text: /versionId/ },
-  { name: 'an unsupported media type', method: 'POST', path: '/Patient', body: patient, contentType: 'text/plain', status: 415, code: 'not-supported', text: /content-type/i },
+  {
+    name: 'an unsupported media type',
+    method: 'POST',
+    path: '/Patient',
+    body: patient,
+    contentType: 'text/plain',
+    status: 415,
+    code: 'not-supported',
+    text: /content-type/i,
+  },
   {
     name: 'an oversized body',
     method: 'POST',
@@ -96,18 +144,43 @@ const cases: Case[] = [
     text: /cannot be stored: unsupported Unicode escape sequence/,
   },
   { name: 'an unknown route', method: 'GET', path: '/Patient/existing/_nothing', status: 404, code: 'not-found', text: /There is no GET/ },
-  { name: 'a method the path does not offer', method: 'POST', path: '/Patient/existing', body: patient, status: 405, code: 'not-supported', text: /POST is not supported on \/fhir\/resources\/Patient\/existing: it answers GET, PUT, PATCH, DELETE/ },
-  { name: 'a method a route with a parameter took (DELETE /{Type})', method: 'DELETE', path: '/metadata', status: 405, code: 'not-supported', text: /DELETE is not supported on \/fhir\/resources\/metadata: it answers GET$/ },
+  {
+    name: 'a method the path does not offer',
+    method: 'POST',
+    path: '/Patient/existing',
+    body: patient,
+    status: 405,
+    code: 'not-supported',
+    text: /POST is not supported on \/fhir\/resources\/Patient\/existing: it answers GET, PUT, PATCH, DELETE/,
+  },
+  {
+    name: 'a method a route with a parameter took (DELETE /{Type})',
+    method: 'DELETE',
+    path: '/metadata',
+    status: 405,
+    code: 'not-supported',
+    text: /DELETE is not supported on \/fhir\/resources\/metadata: it answers GET$/,
+  },
   { name: 'GET of a search by POST', method: 'GET', path: '/Patient/_search', status: 405, code: 'not-supported', text: /it answers POST$/ },
   { name: 'POST to system history', method: 'POST', path: '/_history', body: patient, status: 405, code: 'not-supported', text: /it answers GET$/ },
-  { name: 'a prototype-polluting body', method: 'POST', path: '/Patient', body: '{"resourceType":"Patient","__proto__":{"x":1}}', status: 400, code: 'invalid', text: /not valid JSON/ },
+  {
+    name: 'a prototype-polluting body',
+    method: 'POST',
+    path: '/Patient',
+    body: '{"resourceType":"Patient","__proto__":{"x":1}}',
+    status: 400,
+    code: 'invalid',
+    text: /not valid JSON/,
+  },
 ];
 
 describe('a path outside the FHIR base', () => {
   it('is a 404 that names the base, and the path it meant', async () => {
     const response = await t.app.inject({ method: 'GET', url: '/fhir/Patient?name=x', headers: { 'x-api-key': t.apiKey } });
     expect(response.statusCode).toBe(404);
-    expect(response.json().issue[0].details.text).toBe('There is no GET /fhir/Patient: the FHIR base of this service is /fhir/resources (GET /fhir/resources/Patient)');
+    expect(response.json().issue[0].details.text).toBe(
+      'There is no GET /fhir/Patient: the FHIR base of this service is /fhir/resources (GET /fhir/resources/Patient)',
+    );
   });
 });
 

@@ -12,7 +12,12 @@ import { startTestApp, type TestApp } from '../support/app.ts';
  * a few openapi-fetch calls written against them, wrong ones included.
  */
 
-type Operation = { operationId?: string; tags?: string[]; requestBody?: { content: Record<string, unknown> }; responses: Record<string, { content?: Record<string, { schema?: unknown }> }> };
+type Operation = {
+  operationId?: string;
+  tags?: string[];
+  requestBody?: { content: Record<string, unknown> };
+  responses: Record<string, { content?: Record<string, { schema?: unknown }> }>;
+};
 type Document = { paths: Record<string, Record<string, Operation>> };
 
 let t: TestApp;
@@ -31,7 +36,8 @@ afterAll(async () => {
   await t?.close();
 });
 
-const operations = () => Object.entries(document.paths).flatMap(([url, methods]) => Object.entries(methods).map(([method, operation]) => ({ url, method, operation })));
+const operations = () =>
+  Object.entries(document.paths).flatMap(([url, methods]) => Object.entries(methods).map(([method, operation]) => ({ url, method, operation })));
 
 describe('the OpenAPI description', () => {
   it('gives every operation a unique operationId, a tag, and a described success answer', () => {
@@ -42,7 +48,10 @@ describe('the OpenAPI description', () => {
     expect(new Set(ids).size).toBe(ids.length);
     for (const { url, method, operation } of all) {
       expect(operation.tags?.length, `${method} ${url}`).toBeGreaterThan(0);
-      expect(Object.keys(operation.responses).some((status) => /^2\d\d$/.test(status) || status === '405'), `${method} ${url}`).toBe(true);
+      expect(
+        Object.keys(operation.responses).some((status) => /^2\d\d$/.test(status) || status === '405'),
+        `${method} ${url}`,
+      ).toBe(true);
     }
   });
 
@@ -103,9 +112,27 @@ export async function calls(): Promise<void> {
 }
 `,
     );
-    const tsc = spawnSync(process.execPath, [path.resolve('node_modules/typescript/bin/tsc'), '--ignoreConfig', '--noEmit', '--strict', '--target', 'es2022', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--allowImportingTsExtensions', '--skipLibCheck', path.join(dir, 'calls.ts')], {
-      encoding: 'utf8',
-    });
+    const tsc = spawnSync(
+      process.execPath,
+      [
+        path.resolve('node_modules/typescript/bin/tsc'),
+        '--ignoreConfig',
+        '--noEmit',
+        '--strict',
+        '--target',
+        'es2022',
+        '--module',
+        'nodenext',
+        '--moduleResolution',
+        'nodenext',
+        '--allowImportingTsExtensions',
+        '--skipLibCheck',
+        path.join(dir, 'calls.ts'),
+      ],
+      {
+        encoding: 'utf8',
+      },
+    );
     expect(tsc.stdout + tsc.stderr).toBe('');
     expect(tsc.status).toBe(0);
   });

@@ -122,7 +122,9 @@ describe('FHIR RESTful interactions', () => {
     const byType = (type: string) => statement.rest[0].resource.find((resource: { type: string }) => resource.type === type);
     expect(byType('Appointment').interaction).toContainEqual({ code: 'search-type' });
     expect(byType('Appointment').searchParam).toContainEqual({ name: 'status', type: 'token', documentation: ':missing, :not, :text' });
-    expect(byType('Appointment').searchParam).toContainEqual(expect.objectContaining({ name: 'actor', type: 'reference', documentation: expect.stringMatching(/chains one level/) }));
+    expect(byType('Appointment').searchParam).toContainEqual(
+      expect.objectContaining({ name: 'actor', type: 'reference', documentation: expect.stringMatching(/chains one level/) }),
+    );
     expect(byType('Observation').searchParam).toContainEqual({
       name: 'component-code-value-quantity',
       type: 'composite',
@@ -134,7 +136,14 @@ describe('FHIR RESTful interactions', () => {
     expect(byType('Patient').searchParam.map((parameter: { name: string }) => parameter.name)).not.toContain('deceased');
     expect(byType('Subscription').interaction).toEqual([{ code: 'create' }, { code: 'read' }, { code: 'search-type' }]);
     // Every Subscription operation, the service's own with canonical URLs under its base.
-    expect(byType('Subscription').operation.map((operation: { name: string }) => operation.name)).toEqual(['status', 'events', 'get-ws-binding-token', 'resend', 'reactivate', 'rotate-secret']);
+    expect(byType('Subscription').operation.map((operation: { name: string }) => operation.name)).toEqual([
+      'status',
+      'events',
+      'get-ws-binding-token',
+      'resend',
+      'reactivate',
+      'rotate-secret',
+    ]);
     for (const name of ['resend', 'reactivate', 'rotate-secret']) {
       expect(byType('Subscription').operation).toContainEqual({ name, definition: `${serviceBase}/OperationDefinition/Subscription-${name}` });
     }

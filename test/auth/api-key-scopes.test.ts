@@ -24,7 +24,12 @@ const subscription = (criteria: string, status = 'requested') => ({
   status,
   criteria,
   reason: 'test',
-  channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/hook', payload: 'application/fhir+json', header: ['secret: alice-secret', 'Authorization: Bearer alice-token'] },
+  channel: {
+    type: 'rest-hook',
+    endpoint: 'http://127.0.0.1:9/hook',
+    payload: 'application/fhir+json',
+    header: ['secret: alice-secret', 'Authorization: Bearer alice-token'],
+  },
 });
 
 describe('scopes', () => {
@@ -63,7 +68,11 @@ describe('subscriptions belong to the key that created them', () => {
     const { rows } = await t.database.pool.query('SELECT status FROM webhook.subscriptions WHERE id = $1', [alices]);
     expect(rows[0].status).toBe('requested');
     // Nor through a Bundle.
-    const bundle = await as('bob', 'POST', '/Bundle', { resourceType: 'Bundle', type: 'batch', entry: [{ request: { method: 'GET', url: `Subscription/${alices}` } }] });
+    const bundle = await as('bob', 'POST', '/Bundle', {
+      resourceType: 'Bundle',
+      type: 'batch',
+      entry: [{ request: { method: 'GET', url: `Subscription/${alices}` } }],
+    });
     expect(bundle.json().entry[0].response.status).toMatch(/^404/);
   });
 

@@ -44,7 +44,9 @@ describe('x-api-key authentication', () => {
     expect(Object.keys(paths)).toEqual(expect.arrayContaining(['/healthz', '/readyz']));
     const guarded = Object.entries(paths)
       .filter(([path]) => !open.includes(path))
-      .flatMap(([path, operations]) => Object.keys(operations).map((method) => ({ method: method.toUpperCase(), url: path.replace('{type}', 'Patient').replace(/\{\w+\}/g, '1') })));
+      .flatMap(([path, operations]) =>
+        Object.keys(operations).map((method) => ({ method: method.toUpperCase(), url: path.replace('{type}', 'Patient').replace(/\{\w+\}/g, '1') })),
+      );
     expect(guarded.length).toBeGreaterThanOrEqual(15);
     for (const { method, url } of guarded) {
       const response = await t.app.inject({ method: method as 'GET', url, ...(method === 'GET' || method === 'DELETE' ? {} : { payload: {} }) });
@@ -89,7 +91,13 @@ describe('x-api-key authentication', () => {
     const lines: string[] = [];
     const logger = pino({ level: 'trace' }, { write: (line: string) => void lines.push(line) });
     const { buildApp } = await import('../../src/api/app.ts');
-    const app = await buildApp({ database: t.database, baseUrl: 'http://fhir.test', webhookNamingSystem: 'webhook', secretsEncryptionKey: Buffer.alloc(32), logger });
+    const app = await buildApp({
+      database: t.database,
+      baseUrl: 'http://fhir.test',
+      webhookNamingSystem: 'webhook',
+      secretsEncryptionKey: Buffer.alloc(32),
+      logger,
+    });
     await app.inject({ method: 'GET', url: '/fhir/resources/metadata', headers: { 'x-api-key': t.apiKey } });
     await app.close();
     expect(lines.length).toBeGreaterThan(0);

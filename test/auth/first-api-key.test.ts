@@ -98,7 +98,9 @@ describe('the first API key', () => {
     const notAFolder = path.join(scratch, 'not-a-folder');
     await writeFile(notAFolder, '');
     const { command } = await serve(database, path.join(notAFolder, 'data'));
-    expect(command.output()).toMatch(/"level":40.*no API key exists, and none was made: the first one could not be written to .*not-a-folder\/data\/first-api-key.*Set BOOTSTRAP_API_KEY, or make one with: npm run cli -- api-key create/);
+    expect(command.output()).toMatch(
+      /"level":40.*no API key exists, and none was made: the first one could not be written to .*not-a-folder\/data\/first-api-key.*Set BOOTSTRAP_API_KEY, or make one with: npm run cli -- api-key create/,
+    );
     expect((await database.pool.query('SELECT count(*)::int AS keys FROM webhook.api_keys')).rows).toEqual([{ keys: 0 }]);
     command.interrupt('SIGINT');
     expect(await command.exited).toBe(0);
@@ -126,7 +128,10 @@ describe("a first start's migrations in the log", () => {
 
   it('on a terminal, are one short line: how many, the first and the last', { timeout: 60_000 }, async () => {
     const { command } = await serve(await emptyDatabase(), path.join(scratch, 'migrated-terminal'), { inTerminal: true });
-    const [line] = command.output().split('\n').filter((text) => text.includes('applied database migrations'));
+    const [line] = command
+      .output()
+      .split('\n')
+      .filter((text) => text.includes('applied database migrations'));
     expect(line).toMatch(summary);
     expect(line!.length).toBeLessThan(200);
     command.interrupt('SIGINT');
@@ -143,7 +148,9 @@ describe("a first start's migrations in the log", () => {
       .find((line) => line.migrations !== undefined)!;
     const [, migrations, last, functions] = summary.exec(applied.msg)!;
     expect(applied.migrations).toHaveLength(Number(migrations) + Number(functions));
-    const migrationFiles = readdirSync('db/migrations').filter((file) => file.endsWith('.sql')).sort();
+    const migrationFiles = readdirSync('db/migrations')
+      .filter((file) => file.endsWith('.sql'))
+      .sort();
     expect(applied.migrations!.filter((name) => !name.startsWith('functions/'))).toEqual(migrationFiles.map((file) => file.slice(0, -'.sql'.length)));
     expect(migrationFiles.at(-1)).toMatch(new RegExp(`^${last}_`));
     expect(applied.migrations!.filter((name) => name.startsWith('functions/'))).toHaveLength(Number(functions));

@@ -48,7 +48,13 @@ beforeAll(async () => {
   const delivery = { ...loadConfig({}).delivery, allowPrivateNetworks: true };
   const { calls, close } = createRestHookCalls(delivery, undefined);
   closing.push(close);
-  context = { db: t.database.db, delivery, logger: { info: () => undefined, warn: () => undefined }, metrics: { tokenRequestFailed: () => undefined }, ...calls };
+  context = {
+    db: t.database.db,
+    delivery,
+    logger: { info: () => undefined, warn: () => undefined },
+    metrics: { tokenRequestFailed: () => undefined },
+    ...calls,
+  };
 });
 
 afterAll(async () => {
@@ -57,7 +63,14 @@ afterAll(async () => {
 });
 
 /** A target of `endpoint`, with no headers: what a channel is given to send to. */
-const targetAt = (endpoint: string, id: string = randomUUID()): ChannelTarget => ({ id, endpoint, headers: [], secret: 'contract-secret', previousSecret: undefined, topic: undefined });
+const targetAt = (endpoint: string, id: string = randomUUID()): ChannelTarget => ({
+  id,
+  endpoint,
+  headers: [],
+  secret: 'contract-secret',
+  previousSecret: undefined,
+  topic: undefined,
+});
 
 async function receiver(): Promise<Receiver> {
   const started = await startReceiver();
@@ -74,7 +87,11 @@ async function boundWebsocketClient(): Promise<{ id: string; frames: unknown[] }
     criteria: topicUrl,
     // A patient of its own: one live subscription per key and criteria.
     _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${randomUUID()}` }] },
-    channel: { type: 'websocket', payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] } },
+    channel: {
+      type: 'websocket',
+      payload: 'application/fhir+json',
+      _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+    },
   });
   expect(created.statusCode, created.body).toBe(201);
   const id = created.json<{ id: string }>().id;
@@ -110,7 +127,11 @@ const harnesses: { [Type in ChannelType]: Harness } = {
   websocket: {
     takes: async () => {
       const { id, frames } = await boundWebsocketClient();
-      return { context, target: targetAt('ws://unused', id), received: async () => (await waitFor(() => (frames.length >= 2 ? frames : undefined), 10_000, 'the notification'))[1] };
+      return {
+        context,
+        target: targetAt('ws://unused', id),
+        received: async () => (await waitFor(() => (frames.length >= 2 ? frames : undefined), 10_000, 'the notification'))[1],
+      };
     },
     // A database that is not there: nothing takes the notification.
     unreachable: async () => {
@@ -125,7 +146,14 @@ const harnesses: { [Type in ChannelType]: Harness } = {
 /** An event notification of event `number` of the subscription `target` names, as a sender builds it. */
 function notification(target: ChannelTarget, number = 1): Notification {
   const subject = { serviceBase: t.serviceBase, subscriptionId: target.id, topicUrl, payloadContent: 'id-only' as const, status: 'active' as const };
-  const event = { eventNumber: number, timestamp: new Date().toISOString(), resourceType: 'Encounter', resourceId: `contract-${number}`, versionId: 1, deleted: false };
+  const event = {
+    eventNumber: number,
+    timestamp: new Date().toISOString(),
+    resourceType: 'Encounter',
+    resourceId: `contract-${number}`,
+    versionId: 1,
+    deleted: false,
+  };
   return {
     body: notificationBundle(statusParameters(subject, 'event-notification', number, [event]), subject, [event]),
     message: `Encounter/contract-${number}/_history/1`,

@@ -195,6 +195,8 @@ describe('an older Node', () => {
   it.skipIf(oldNode === undefined)('is told in one line which Node is needed and how to get it', async () => {
     const run = await runCommand(oldNode!, ['--import', './scripts/require-node.js', cliEntry, 'serve'], environment);
     expect(run.exitCode).toBe(1);
-    expect(run.output).toMatch(/^This project needs Node 22\.18 or newer \(24 recommended, see \.nvmrc\); this is Node \d+\.\d+\.\d+\. Get it with `nvm install`.*\n$/);
+    expect(run.output).toMatch(
+      /^This project needs Node 22\.18 or newer \(24 recommended, see \.nvmrc\); this is Node \d+\.\d+\.\d+\. Get it with `nvm install`.*\n$/,
+    );
   });
 });

@@ -34,7 +34,9 @@ describe('subscriptions list', () => {
     const [header, ...rows] = run.output.trimEnd().split('\n');
     expect(header).toMatch(/^ID\s+STATUS\s+FAILED CALLS SINCE SUCCESS\s+DEACTIVATIONS 24H\s+LAST SUCCESS\s+CRITERIA\s+ENDPOINT\s+ERROR$/);
     expect(rows).toHaveLength(2);
-    expect(rows[0]).toMatch(new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`));
+    expect(rows[0]).toMatch(
+      new RegExp(`^${scene.healthy}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+Patient\\?family=Healthy\\s+http://127\\.0\\.0\\.1:\\d+/hook\\?token=\\*\\*\\*$`),
+    );
     // In error after one failed call: the failures an operator means, not the refusals in a row (0 here: a 503 is not a refusal); deactivated once.
     expect(rows[1]).toMatch(new RegExp(`^${scene.failing}\\s+error\\s+1\\s+1\\s+\\S+Z\\s+Patient\\?family=Failing\\s+\\S+\\s+HTTP 503 from `));
     expect(run.output).not.toContain('query-secret');
@@ -55,7 +57,11 @@ describe('subscriptions show', () => {
   it('shows the state with its reason, the last calls, and what is queued', async () => {
     const run = await cli('subscriptions', 'show', scene.failing);
     expect(run.exitCode).toBe(0);
-    expect(run.output).toMatch(new RegExp(`^Subscription ${scene.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`));
+    expect(run.output).toMatch(
+      new RegExp(
+        `^Subscription ${scene.failing}\\n  status    error: HTTP 503 from http://127\\.0\\.0\\.1:\\d+/hook; Patient/\\S+ \\(version 1\\) was not delivered\\n`,
+      ),
+    );
     expect(run.output).toContain('  criteria  Patient?family=Failing\n');
     expect(run.output).toMatch(/\n {2}failed {4}1 call since the last success \(\S+Z\); 0 events refused for good in a row\n/);
     expect(run.output).toContain('\n  in error  1 time in the last 24 hours, 1 in a row without a delivery\n');
@@ -79,7 +85,9 @@ describe('deliveries tail', () => {
     const tail = startCommand(process.execPath, [cliEntry, 'deliveries', 'tail'], environment());
     await tail.waitFor(/Following the calls to every subscriber; Ctrl-C stops\./);
     const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Healthy' }] })).json<{ id: string }>();
-    const [line] = await tail.waitFor(new RegExp(`^\\S+  ${scene.healthy}  call \\d+  notification event \\d+ Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'));
+    const [line] = await tail.waitFor(
+      new RegExp(`^\\S+  ${scene.healthy}  call \\d+  notification event \\d+ Patient/${patient.id}/_history/1 #1  delivered 200 \\d+ ms$`, 'm'),
+    );
     expect(line).toBeDefined();
     // Only calls from its start: the older ones are not repeated.
     expect(tail.output()).not.toContain('handshake');
@@ -97,7 +105,9 @@ describe('subscriptions list, with a long criteria', () => {
       const run = await cli('subscriptions', 'list');
       expect(run.exitCode).toBe(0);
       const lines = run.output.trimEnd().split('\n');
-      expect(lines.find((line) => line.startsWith(id))).toMatch(new RegExp(`  Patient\\?family=${family}  http://127\\.0\\.0\\.1:\\d+/hook\\?q{100}=\\*\\*\\*$`));
+      expect(lines.find((line) => line.startsWith(id))).toMatch(
+        new RegExp(`  Patient\\?family=${family}  http://127\\.0\\.0\\.1:\\d+/hook\\?q{100}=\\*\\*\\*$`),
+      );
       // The columns are no wider than 60: the other rows are not padded to the long values.
       const header = lines[0]!;
       expect(header.indexOf('ENDPOINT') - header.indexOf('CRITERIA')).toBe(60 + 2);

@@ -32,7 +32,16 @@ describe('configuration from the environment', () => {
         secretRotationOverlapSeconds: 86_400,
         logRetentionDays: 30,
       },
-      websocket: { maxConnections: 1000, maxConnectionsPerKey: 20, idleTimeoutMs: 60_000, bindTimeoutMs: 5_000, maxUnboundPerAddress: 10, maxMessageBytes: 4096, sendBufferBytes: 4 * 1024 * 1024, bindingTokenSeconds: 300 },
+      websocket: {
+        maxConnections: 1000,
+        maxConnectionsPerKey: 20,
+        idleTimeoutMs: 60_000,
+        bindTimeoutMs: 5_000,
+        maxUnboundPerAddress: 10,
+        maxMessageBytes: 4096,
+        sendBufferBytes: 4 * 1024 * 1024,
+        bindingTokenSeconds: 300,
+      },
       mail: { smtpUrl: undefined, from: 'webhooks@localhost', intervalSeconds: 3600 },
       oauth: undefined,
     });
@@ -55,7 +64,7 @@ describe('configuration from the environment', () => {
     });
   });
 
-  it('takes a direct URL beside DATABASE_URL (a pooler), never alone, and the pools\' sizes', () => {
+  it("takes a direct URL beside DATABASE_URL (a pooler), never alone, and the pools' sizes", () => {
     expect(
       loadConfig({
         DATABASE_URL: 'postgres://app@pgbouncer:6432/fhir',
@@ -63,7 +72,12 @@ describe('configuration from the environment', () => {
         DATABASE_POOL_SIZE: '4',
         WORKER_DATABASE_POOL_SIZE: '3',
       }),
-    ).toMatchObject({ databaseUrl: 'postgres://app@pgbouncer:6432/fhir', databaseDirectUrl: 'postgres://app@db:5432/fhir', databasePoolSize: 4, workerDatabasePoolSize: 3 });
+    ).toMatchObject({
+      databaseUrl: 'postgres://app@pgbouncer:6432/fhir',
+      databaseDirectUrl: 'postgres://app@db:5432/fhir',
+      databasePoolSize: 4,
+      workerDatabasePoolSize: 3,
+    });
     expect(() => loadConfig({ DATABASE_DIRECT_URL: 'postgres://app@db:5432/fhir' })).toThrow(
       new ConfigError(
         'Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names',
@@ -72,17 +86,22 @@ describe('configuration from the environment', () => {
   });
 
   it('keeps more connections to an origin than one subscription may have calls in flight', () => {
-    expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '4', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '5' }).delivery).toMatchObject({ parallelCalls: 4, maxConnectionsPerOrigin: 5 });
+    expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '4', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '5' }).delivery).toMatchObject({
+      parallelCalls: 4,
+      maxConnectionsPerOrigin: 5,
+    });
     const refusal =
       'Invalid configuration:\n  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (8) must be greater than DELIVERY_PARALLEL_CALLS (8): ' +
       'else one subscription that hangs holds every connection to its origin, and the other subscriptions there wait';
     expect(() => loadConfig({ DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '8' })).toThrow(new ConfigError(refusal));
     // Raising the calls in flight past the default cap needs the cap raised too.
-    expect(() => loadConfig({ DELIVERY_PARALLEL_CALLS: '64' })).toThrow('DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (64) must be greater than DELIVERY_PARALLEL_CALLS (64)');
+    expect(() => loadConfig({ DELIVERY_PARALLEL_CALLS: '64' })).toThrow(
+      'DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (64) must be greater than DELIVERY_PARALLEL_CALLS (64)',
+    );
     expect(loadConfig({ DELIVERY_PARALLEL_CALLS: '64', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '65' }).delivery.maxConnectionsPerOrigin).toBe(65);
   });
 
-  it('takes the bytes of resource versions a worker process\'s claims may hold', () => {
+  it("takes the bytes of resource versions a worker process's claims may hold", () => {
     expect(loadConfig({ DELIVERY_MAX_CLAIMED_BYTES: '600000' }).delivery.maxClaimedBytes).toBe(600_000);
   });
 
@@ -111,7 +130,13 @@ describe('configuration from the environment', () => {
   });
 
   it('takes numbers written in digits, a decimal where one makes sense', () => {
-    const config = loadConfig({ PORT: '0', METRICS_PORT: '65535', WORKER_CONCURRENCY: '1000', DELIVERY_MAX_CALLS_PER_SECOND: '0.5', DELIVERY_LOG_RETENTION_DAYS: '7' });
+    const config = loadConfig({
+      PORT: '0',
+      METRICS_PORT: '65535',
+      WORKER_CONCURRENCY: '1000',
+      DELIVERY_MAX_CALLS_PER_SECOND: '0.5',
+      DELIVERY_LOG_RETENTION_DAYS: '7',
+    });
     expect(config).toMatchObject({ port: 0, metricsPort: 65535, delivery: { concurrency: 1000, maxCallsPerSecond: 0.5, logRetentionDays: 7 } });
   });
 

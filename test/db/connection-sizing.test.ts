@@ -54,7 +54,11 @@ describe('the connections of each kind of process', () => {
     cleanups.push(receiver.close);
 
     // Each process names its sessions (application_name in its URL, which wins over the service's names for its pools).
-    const start = async (kind: keyof typeof most, name: string, extra: NodeJS.ProcessEnv = {}): Promise<{ name: string; kind: keyof typeof most; command: Running }> => {
+    const start = async (
+      kind: keyof typeof most,
+      name: string,
+      extra: NodeJS.ProcessEnv = {},
+    ): Promise<{ name: string; kind: keyof typeof most; command: Running }> => {
       const url = new URL(database.url);
       url.searchParams.set('application_name', name);
       const command = startCommand(process.execPath, [cliEntry, kind], {
@@ -129,7 +133,10 @@ describe('the connections of each kind of process', () => {
     }
     await waitFor(
       async () => {
-        const { rows } = await own.query<{ active: number }>(`SELECT count(*)::int AS active FROM webhook.subscriptions WHERE id = ANY ($1) AND status = 'active'`, [ids]);
+        const { rows } = await own.query<{ active: number }>(
+          `SELECT count(*)::int AS active FROM webhook.subscriptions WHERE id = ANY ($1) AND status = 'active'`,
+          [ids],
+        );
         return rows[0]!.active === ids.length ? true : undefined;
       },
       30_000,
@@ -148,7 +155,9 @@ describe('the connections of each kind of process', () => {
       const resources = Array.from({ length: 60 }, (_, index) => `${prefix}-${index + 1}`);
       for (let first = 0; first < resources.length; first += 10) {
         const responses = await Promise.all(
-          resources.slice(first, first + 10).map((id) => fhir(port, 'PUT', `/Observation/${id}`, { resourceType: 'Observation', id, status: 'final', code: { text: id } })),
+          resources
+            .slice(first, first + 10)
+            .map((id) => fhir(port, 'PUT', `/Observation/${id}`, { resourceType: 'Observation', id, status: 'final', code: { text: id } })),
         );
         expect(responses.map((response) => response.status)).toEqual(responses.map(() => 201));
       }

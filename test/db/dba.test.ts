@@ -17,9 +17,7 @@ const psqlInstalled = spawnSync('psql', ['--version']).status === 0;
 const runHere = psqlInstalled || process.env.CI !== undefined;
 
 /** The page's sections that hold a query: its ### heading and its sql block. */
-const queries = new Map(
-  [...readFileSync('docs/dba.md', 'utf8').matchAll(/^### (.+)\n[\s\S]*?```sql\n([\s\S]*?)```/gm)].map((match) => [match[1]!, match[2]!]),
-);
+const queries = new Map([...readFileSync('docs/dba.md', 'utf8').matchAll(/^### (.+)\n[\s\S]*?```sql\n([\s\S]*?)```/gm)].map((match) => [match[1]!, match[2]!]));
 
 let t: TestApp;
 let scene: HealthyAndFailing;
@@ -30,7 +28,9 @@ beforeAll(async () => {
   t = await startTestApp();
   scene = await startHealthyAndFailing(t, { healthyCriteria: 'Patient?family=Waiting', failingStatus: 500 });
   deliveredPatient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] })).json<{ id: string }>().id;
-  await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.delivery_attempts WHERE resource_id = $1`, [deliveredPatient])).rowCount === 1 ? true : undefined));
+  await waitFor(async () =>
+    (await t.database.pool.query(`SELECT 1 FROM webhook.delivery_attempts WHERE resource_id = $1`, [deliveredPatient])).rowCount === 1 ? true : undefined,
+  );
   // No workers from here: the next event waits in the queue.
   await scene.stopWorkers();
   await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Waiting' }] });
@@ -48,7 +48,17 @@ function runQuery(heading: string): string {
   const variables = { subscription_id: scene.failing, resource_type: 'Patient', resource_id: deliveredPatient };
   const result = spawnSync(
     'psql',
-    [t.database.url, '-X', '--no-psqlrc', '-v', 'ON_ERROR_STOP=1', '-A', '-F', '|', ...Object.entries(variables).flatMap(([name, value]) => ['-v', `${name}=${value}`])],
+    [
+      t.database.url,
+      '-X',
+      '--no-psqlrc',
+      '-v',
+      'ON_ERROR_STOP=1',
+      '-A',
+      '-F',
+      '|',
+      ...Object.entries(variables).flatMap(([name, value]) => ['-v', `${name}=${value}`]),
+    ],
     { input: query, encoding: 'utf8' },
   );
   expect(result.stderr).toBe('');
@@ -96,7 +106,7 @@ describe.skipIf(!runHere)('docs/dba.md, run with psql (skipped where psql is mis
     expect(output).toMatch(new RegExp(`^${scene.healthy}\\|Patient\\?family=Waiting\\|active\\|notification\\|1\\|1\\|0\\|0\\|`, 'm'));
   });
 
-  it("where a subscription is in its stream: the number of the event it failed on, not held by a worker", () => {
+  it('where a subscription is in its stream: the number of the event it failed on, not held by a worker', () => {
     const output = runQuery('Where is a subscription in its event stream?');
     expect(output).toMatch(/^1\|\|\|\|\n/m);
     expect(output).toMatch(/^1\|failed\|Patient\|[\w-]+\|1\|1\|/m);

@@ -16,7 +16,9 @@ const scanned = ['db', 'src', 'scripts'];
 
 async function filesUnder(folder: string): Promise<string[]> {
   const entries = await readdir(path.join(root, folder), { withFileTypes: true, recursive: true });
-  return entries.filter((entry) => entry.isFile() && /\.(sql|ts|js)$/.test(entry.name)).map((entry) => path.relative(root, path.join(entry.parentPath, entry.name)));
+  return entries
+    .filter((entry) => entry.isFile() && /\.(sql|ts|js)$/.test(entry.name))
+    .map((entry) => path.relative(root, path.join(entry.parentPath, entry.name)));
 }
 
 describe("graphile-worker's private schema", () => {

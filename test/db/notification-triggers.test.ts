@@ -10,7 +10,9 @@ import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 let database: TestDatabase;
 beforeAll(async () => {
   database = await createTestDatabase();
-  await database.pool.query(`INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ('sender-a', 'test', 1, 'event-sender'), ('sender-b', 'test', 2, 'event-sender')`);
+  await database.pool.query(
+    `INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind) VALUES ('sender-a', 'test', 1, 'event-sender'), ('sender-b', 'test', 2, 'event-sender')`,
+  );
 });
 afterAll(() => database.drop());
 beforeEach(async () => {
@@ -56,7 +58,8 @@ async function jobs(): Promise<{ task: string; key: string | null; payload: unkn
   return rows;
 }
 
-const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') => JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
+const appointment = (id: string, status: string, start = '2026-03-01T09:00:00Z') =>
+  JSON.stringify({ resourceType: 'Appointment', id, status, start, participant: [] });
 
 describe('the notification trigger on fhir.resources', () => {
   it('records an event per active subscription and matching row, and a reactivation job whose payload fits the job contract', async () => {
@@ -105,12 +108,20 @@ describe('the notification trigger on fhir.resources', () => {
 
   it('enqueues one reactivation per subscription in error, whatever the number of events', async () => {
     const failing = await subscribe('Appointment?status=booked', 'error');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [appointment('a1', 'booked'), appointment('a2', 'booked'), appointment('a3', 'cancelled')]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
+      appointment('a1', 'booked'),
+      appointment('a2', 'booked'),
+      appointment('a3', 'cancelled'),
+    ]);
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a4', 'booked')]);
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [appointment('a5', 'cancelled')]);
     const enqueued = await jobs();
     expect(enqueued).toHaveLength(1);
-    expect(enqueued[0]).toMatchObject({ task: 'subscription_reactivation', key: `reactivate:${failing}`, payload: { subscriptionId: failing, resourceId: 'a4' } });
+    expect(enqueued[0]).toMatchObject({
+      task: 'subscription_reactivation',
+      key: `reactivate:${failing}`,
+      payload: { subscriptionId: failing, resourceId: 'a4' },
+    });
     expect(await recordedEvents()).toEqual([]);
   });
 
@@ -164,7 +175,9 @@ describe('the notification trigger on fhir.resources', () => {
       );
       await settle();
       expect(notifications).toEqual([eventsChannel]);
-      const { rows } = await database.pool.query(`SELECT count(*)::int AS events, count(DISTINCT resource_id)::int AS resources FROM webhook.subscription_events`);
+      const { rows } = await database.pool.query(
+        `SELECT count(*)::int AS events, count(DISTINCT resource_id)::int AS resources FROM webhook.subscription_events`,
+      );
       expect(rows[0]).toEqual({ events: 20000, resources: 20000 });
     } finally {
       await listener.end();
@@ -185,7 +198,11 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await write('a2');
     const claims = await claimEvents(database.db, 'sender-a', 10);
     expect(claims.map((claim) => claim.subscriptionId).sort()).toEqual([first, second].sort());
-    for (const claim of claims) expect(claim.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([['a1', 1], ['a2', 2]]);
+    for (const claim of claims)
+      expect(claim.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([
+        ['a1', 1],
+        ['a2', 2],
+      ]);
     // Claimed: another sender finds nothing, even once more events come.
     await write('a3');
     expect(await claimEvents(database.db, 'sender-b', 10)).toEqual([]);
@@ -193,7 +210,11 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await release('sender-a', first);
     const again = await claimEvents(database.db, 'sender-b', 10);
     expect(again.map((claim) => claim.subscriptionId)).toEqual([first]);
-    expect(again[0]!.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([['a1', 1], ['a2', 2], ['a3', 3]]);
+    expect(again[0]!.events.map((event) => [event.resourceId, event.eventNumber])).toEqual([
+      ['a1', 1],
+      ['a2', 2],
+      ['a3', 3],
+    ]);
   });
 
   it('take their share each, between live senders: the subscriptions with pending events over the senders, oldest pending event first', async () => {
@@ -248,7 +269,8 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     );
     const [claim] = await claimEvents(database.db, 'sender-a', 10);
     const last = claim!.events.at(-1)!.eventId;
-    const nextEvents = async (sender: string, subscriptionId: string, after: string) => (await claimNextBatch(database.db, sender, subscriptionId, after))?.events ?? [];
+    const nextEvents = async (sender: string, subscriptionId: string, after: string) =>
+      (await claimNextBatch(database.db, sender, subscriptionId, after))?.events ?? [];
     // Only the sender holding it, and only the events after its batch (still pending while it sends them).
     expect(await claimNextBatch(database.db, 'sender-b', booked, last)).toBeUndefined();
     const more = await nextEvents('sender-a', booked, last);
@@ -281,12 +303,20 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await database.pool.query(`UPDATE fhir.resources SET content = content || '{"comment":"v2"}' WHERE id = 'a1'`);
     await write('a2');
     const [claim] = await claimEvents(database.db, 'sender-a', 10);
-    expect(claim!.events.map((event) => [event.resourceId, event.versionId, event.eventNumber])).toEqual([['a1', 2, 1], ['a2', 1, 2]]);
+    expect(claim!.events.map((event) => [event.resourceId, event.versionId, event.eventNumber])).toEqual([
+      ['a1', 2, 1],
+      ['a2', 1, 2],
+    ]);
     // a2's version 1 fails and is retried later; meanwhile version 2 is sent.
     await settleClaim(
       database.db,
       { senderId: 'sender-a', subscriptionId: booked },
-      claim!.events.map((event) => ({ eventId: event.eventId, status: event.resourceId === 'a2' ? 'pending' : 'delivered', attempts: 1, notBefore: event.resourceId === 'a2' ? new Date(Date.now() + 60_000) : null })),
+      claim!.events.map((event) => ({
+        eventId: event.eventId,
+        status: event.resourceId === 'a2' ? 'pending' : 'delivered',
+        attempts: 1,
+        notBefore: event.resourceId === 'a2' ? new Date(Date.now() + 60_000) : null,
+      })),
       [],
       { resetFailureCount: false },
     );
@@ -303,7 +333,9 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await database.pool.query(`UPDATE webhook.subscription_events SET not_before = NULL WHERE resource_id = 'a2' AND version_id = 1`);
     const [late] = await claimEvents(database.db, 'sender-a', 10);
     expect(late!.events.map((event) => [event.resourceId, event.versionId])).toEqual([['a2', 2]]);
-    const { rows } = await database.pool.query(`SELECT resource_id, version_id, status, event_number FROM webhook.subscription_events WHERE status = 'superseded' ORDER BY id`);
+    const { rows } = await database.pool.query(
+      `SELECT resource_id, version_id, status, event_number FROM webhook.subscription_events WHERE status = 'superseded' ORDER BY id`,
+    );
     expect(rows).toEqual([
       { resource_id: 'a1', version_id: 1, status: 'superseded', event_number: null },
       { resource_id: 'a2', version_id: 1, status: 'superseded', event_number: '2' },
@@ -314,9 +346,15 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
     await write('a1');
     const [claim] = await claimEvents(database.db, 'sender-a', 10);
-    await settleClaim(database.db, { senderId: 'sender-a', subscriptionId: booked }, [{ eventId: claim!.events[0]!.eventId, status: 'pending', attempts: 1, notBefore: new Date(Date.now() + 60_000) }], [], {
-      resetFailureCount: false,
-    });
+    await settleClaim(
+      database.db,
+      { senderId: 'sender-a', subscriptionId: booked },
+      [{ eventId: claim!.events[0]!.eventId, status: 'pending', attempts: 1, notBefore: new Date(Date.now() + 60_000) }],
+      [],
+      {
+        resetFailureCount: false,
+      },
+    );
     expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
     await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [booked]);
     const { rows } = await database.pool.query(`SELECT status, attempts FROM webhook.subscription_events`);
@@ -325,7 +363,9 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
 
   it('are freed when their sender is found dead', async () => {
     const booked = await subscribe('Appointment?status=booked', 'active');
-    await database.pool.query(`INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind, last_seen) VALUES ('sender-dead', 'gone', 3, 'event-sender', now() - interval '1 minute')`);
+    await database.pool.query(
+      `INSERT INTO webhook.worker_pools (pool_id, host, process_id, kind, last_seen) VALUES ('sender-dead', 'gone', 3, 'event-sender', now() - interval '1 minute')`,
+    );
     await write('a1');
     expect(await claimEvents(database.db, 'sender-dead', 10)).toHaveLength(1);
     expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);

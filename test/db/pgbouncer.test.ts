@@ -22,7 +22,10 @@ import { freePort, startReceiver, waitFor, type Receiver } from '../support/rece
  * skipped, saying so.
  */
 const pgbouncerBinary = ['pgbouncer', '/usr/sbin/pgbouncer'].find((command) => spawnSync(command, ['--version']).status === 0);
-if (pgbouncerBinary === undefined) console.warn("No pgbouncer binary (Debian's pgbouncer package: apt-get install pgbouncer): outside CI the tests behind PgBouncer are skipped, in CI they fail.");
+if (pgbouncerBinary === undefined)
+  console.warn(
+    "No pgbouncer binary (Debian's pgbouncer package: apt-get install pgbouncer): outside CI the tests behind PgBouncer are skipped, in CI they fail.",
+  );
 
 /** PgBouncer's connections to the server for the test database: fewer than the service's clients, so that they take turns. */
 const serverConnections = 4;
@@ -77,7 +80,9 @@ describe.skipIf(pgbouncerBinary === undefined && process.env.CI === undefined)(
         await expect(sql`SELECT 1 / 0`.execute(behind.db)).rejects.toThrow('division by zero');
         expect(await setting('synchronous_commit')).toBe('off');
         // Another client of the same server connections gets the server's defaults.
-        const others = await Promise.all(Array.from({ length: 20 }, () => plain.query<{ value: string }>(`SELECT current_setting('synchronous_commit') AS value`)));
+        const others = await Promise.all(
+          Array.from({ length: 20 }, () => plain.query<{ value: string }>(`SELECT current_setting('synchronous_commit') AS value`)),
+        );
         expect(new Set(others.map(({ rows }) => rows[0]!.value))).toEqual(new Set(['on']));
       } finally {
         await plain.end();
@@ -85,107 +90,116 @@ describe.skipIf(pgbouncerBinary === undefined && process.env.CI === undefined)(
       }
     });
 
-    it('delivers through it: each subscription gets its handshake and every notification exactly once, its LISTENs on the server itself', { timeout: 120_000 }, async () => {
-      const config = loadConfig({
-        DATABASE_URL: pooled.database,
-        DATABASE_DIRECT_URL: database.url,
-        SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
-        BOOTSTRAP_API_KEY: apiKey,
-        PORT: String(await freePort()),
-        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-        DATABASE_POOL_SIZE: '4',
-        WORKER_DATABASE_POOL_SIZE: '4',
-        WORKER_CONCURRENCY: '16',
-      });
-      const service = await startService(config, silent);
-      cleanups.push(() => service.close());
-      const fhir = (method: string, route: string, body: unknown) =>
-        fetch(`${service.address}/fhir/resources${route}`, {
-          method,
-          headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' },
-          body: JSON.stringify(body),
+    it(
+      'delivers through it: each subscription gets its handshake and every notification exactly once, its LISTENs on the server itself',
+      { timeout: 120_000 },
+      async () => {
+        const config = loadConfig({
+          DATABASE_URL: pooled.database,
+          DATABASE_DIRECT_URL: database.url,
+          SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'),
+          BOOTSTRAP_API_KEY: apiKey,
+          PORT: String(await freePort()),
+          WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+          DATABASE_POOL_SIZE: '4',
+          WORKER_DATABASE_POOL_SIZE: '4',
+          WORKER_CONCURRENCY: '16',
         });
+        const service = await startService(config, silent);
+        cleanups.push(() => service.close());
+        const fhir = (method: string, route: string, body: unknown) =>
+          fetch(`${service.address}/fhir/resources${route}`, {
+            method,
+            headers: { 'x-api-key': apiKey, 'content-type': 'application/fhir+json' },
+            body: JSON.stringify(body),
+          });
 
-      // The test's own statements, on a session of its own, straight to the server.
-      const own = new pg.Client({ connectionString: database.url, application_name: testSessions });
-      await own.connect();
-      cleanups.push(() => own.end());
-      // What the server's sessions for this database are, sampled while the service works.
-      const sessions = sampleSessions(database.url);
-      cleanups.push(async () => sessions.stop());
+        // The test's own statements, on a session of its own, straight to the server.
+        const own = new pg.Client({ connectionString: database.url, application_name: testSessions });
+        await own.connect();
+        cleanups.push(() => own.end());
+        // What the server's sessions for this database are, sampled while the service works.
+        const sessions = sampleSessions(database.url);
+        cleanups.push(async () => sessions.stop());
 
-      const receivers: Receiver[] = [];
-      const ids: string[] = [];
-      for (const status of ['final', 'final,amended', 'final,preliminary']) {
-        const receiver = await startReceiver();
-        cleanups.push(() => receiver.close());
-        receivers.push(receiver);
-        const response = await fhir('POST', '/Subscription', {
-          resourceType: 'Subscription',
-          status: 'requested',
-          criteria: `Observation?status=${status}`,
-          reason: 'behind PgBouncer',
-          channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: behind-pgbouncer'] },
-        });
-        expect(response.status).toBe(201);
-        ids.push(((await response.json()) as { id: string }).id);
-      }
-      await waitFor(
-        async () => {
-          const { rows } = await own.query<{ active: number }>(`SELECT count(*)::int AS active FROM webhook.subscriptions WHERE id = ANY ($1) AND status = 'active'`, [ids]);
-          return rows[0]!.active === ids.length ? true : undefined;
-        },
-        30_000,
-        'the handshakes',
-      );
-
-      // Writes through the API (its pool behind PgBouncer), eight at a time, and one SQL statement of many rows.
-      const throughApi = Array.from({ length: 40 }, (_, index) => `api-${index + 1}`);
-      for (let start = 0; start < throughApi.length; start += 8) {
-        const responses = await Promise.all(
-          throughApi.slice(start, start + 8).map((id) => fhir('PUT', `/Observation/${id}`, { resourceType: 'Observation', id, status: 'final', code: { text: id } })),
+        const receivers: Receiver[] = [];
+        const ids: string[] = [];
+        for (const status of ['final', 'final,amended', 'final,preliminary']) {
+          const receiver = await startReceiver();
+          cleanups.push(() => receiver.close());
+          receivers.push(receiver);
+          const response = await fhir('POST', '/Subscription', {
+            resourceType: 'Subscription',
+            status: 'requested',
+            criteria: `Observation?status=${status}`,
+            reason: 'behind PgBouncer',
+            channel: { type: 'rest-hook', endpoint: receiver.url, payload: 'application/fhir+json', header: ['secret: behind-pgbouncer'] },
+          });
+          expect(response.status).toBe(201);
+          ids.push(((await response.json()) as { id: string }).id);
+        }
+        await waitFor(
+          async () => {
+            const { rows } = await own.query<{ active: number }>(
+              `SELECT count(*)::int AS active FROM webhook.subscriptions WHERE id = ANY ($1) AND status = 'active'`,
+              [ids],
+            );
+            return rows[0]!.active === ids.length ? true : undefined;
+          },
+          30_000,
+          'the handshakes',
         );
-        expect(responses.map((response) => response.status)).toEqual(responses.map(() => 201));
-      }
-      const bySql = 200;
-      await own.query(
-        `INSERT INTO fhir.resources (content)
+
+        // Writes through the API (its pool behind PgBouncer), eight at a time, and one SQL statement of many rows.
+        const throughApi = Array.from({ length: 40 }, (_, index) => `api-${index + 1}`);
+        for (let start = 0; start < throughApi.length; start += 8) {
+          const responses = await Promise.all(
+            throughApi
+              .slice(start, start + 8)
+              .map((id) => fhir('PUT', `/Observation/${id}`, { resourceType: 'Observation', id, status: 'final', code: { text: id } })),
+          );
+          expect(responses.map((response) => response.status)).toEqual(responses.map(() => 201));
+        }
+        const bySql = 200;
+        await own.query(
+          `INSERT INTO fhir.resources (content)
          SELECT jsonb_build_object('resourceType', 'Observation', 'id', 'sql-' || n, 'status', 'final', 'code', jsonb_build_object('text', 'sql ' || n))
          FROM generate_series(1, $1::int) AS n`,
-        [bySql],
-      );
-      const expected = [...throughApi, ...Array.from({ length: bySql }, (_, index) => `sql-${index + 1}`)].sort();
-      for (const receiver of receivers) await receiver.waitForCalls(1 + expected.length, 60_000);
-      // Anything sent twice would arrive within moments.
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
-      sessions.stop();
+          [bySql],
+        );
+        const expected = [...throughApi, ...Array.from({ length: bySql }, (_, index) => `sql-${index + 1}`)].sort();
+        for (const receiver of receivers) await receiver.waitForCalls(1 + expected.length, 60_000);
+        // Anything sent twice would arrive within moments.
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        sessions.stop();
 
-      for (const receiver of receivers) {
-        const [handshake, ...notifications] = receiver.calls;
-        expect(handshake!.json).toMatchObject({ resourceType: 'Bundle', type: 'history' });
-        expect(notifications.map((call) => call.json.id as string).sort()).toEqual(expected);
-      }
-      const { rows: attempts } = await own.query(
-        `SELECT kind, outcome, count(*)::int AS count FROM webhook.delivery_attempts WHERE subscription_id = ANY ($1) GROUP BY 1, 2 ORDER BY 1, 2`,
-        [ids],
-      );
-      expect(attempts).toEqual([
-        { kind: 'handshake', outcome: 'delivered', count: ids.length },
-        { kind: 'notification', outcome: 'delivered', count: ids.length * expected.length },
-      ]);
+        for (const receiver of receivers) {
+          const [handshake, ...notifications] = receiver.calls;
+          expect(handshake!.json).toMatchObject({ resourceType: 'Bundle', type: 'history' });
+          expect(notifications.map((call) => call.json.id as string).sort()).toEqual(expected);
+        }
+        const { rows: attempts } = await own.query(
+          `SELECT kind, outcome, count(*)::int AS count FROM webhook.delivery_attempts WHERE subscription_id = ANY ($1) GROUP BY 1, 2 ORDER BY 1, 2`,
+          [ids],
+        );
+        expect(attempts).toEqual([
+          { kind: 'handshake', outcome: 'delivered', count: ids.length },
+          { kind: 'notification', outcome: 'delivered', count: ids.length * expected.length },
+        ]);
 
-      // PgBouncer names the session that serves a client after it, with the client's address (application_name_add_host):
-      // a session named exactly as the service names it came straight from the service.
-      const direct = sessions.seen.filter((session) => directSession(session.name));
-      expect(new Set(direct.map((session) => session.name))).toEqual(new Set(['fhir-webhooks event listener', 'fhir-webhooks job queue']));
-      expect(direct.some((session) => session.name === 'fhir-webhooks event listener' && session.query.startsWith('LISTEN '))).toBe(true);
-      expect(direct.some((session) => session.name === 'fhir-webhooks job queue' && session.query.startsWith('LISTEN "jobs:insert"'))).toBe(true);
-      // The pools' sessions came through PgBouncer, at most its few server connections at a time.
-      expect(sessions.seen.some((session) => session.name.startsWith('fhir-webhooks workers - '))).toBe(true);
-      expect(sessions.seen.some((session) => session.name.startsWith('fhir-webhooks - '))).toBe(true);
-      expect(sessions.mostThroughPgBouncer).toBeLessThanOrEqual(serverConnections);
-      expect(pgbouncerOutput).not.toMatch(/ERROR|FATAL/);
-    });
+        // PgBouncer names the session that serves a client after it, with the client's address (application_name_add_host):
+        // a session named exactly as the service names it came straight from the service.
+        const direct = sessions.seen.filter((session) => directSession(session.name));
+        expect(new Set(direct.map((session) => session.name))).toEqual(new Set(['fhir-webhooks event listener', 'fhir-webhooks job queue']));
+        expect(direct.some((session) => session.name === 'fhir-webhooks event listener' && session.query.startsWith('LISTEN '))).toBe(true);
+        expect(direct.some((session) => session.name === 'fhir-webhooks job queue' && session.query.startsWith('LISTEN "jobs:insert"'))).toBe(true);
+        // The pools' sessions came through PgBouncer, at most its few server connections at a time.
+        expect(sessions.seen.some((session) => session.name.startsWith('fhir-webhooks workers - '))).toBe(true);
+        expect(sessions.seen.some((session) => session.name.startsWith('fhir-webhooks - '))).toBe(true);
+        expect(sessions.mostThroughPgBouncer).toBeLessThanOrEqual(serverConnections);
+        expect(pgbouncerOutput).not.toMatch(/ERROR|FATAL/);
+      },
+    );
 
     it('applies pending migrations on sessions of the server itself (they hold a session lock across transactions)', { timeout: 120_000 }, async () => {
       const sessions = sampleSessions(emptyUrl);
@@ -200,7 +214,9 @@ describe.skipIf(pgbouncerBinary === undefined && process.env.CI === undefined)(
       const service = await startService(config, silent, { api: true, workers: false });
       await service.close();
       sessions.stop();
-      expect(sessions.seen.filter((session) => session.name.startsWith('fhir-webhooks migrations')).map((session) => session.name)).toContain('fhir-webhooks migrations');
+      expect(sessions.seen.filter((session) => session.name.startsWith('fhir-webhooks migrations')).map((session) => session.name)).toContain(
+        'fhir-webhooks migrations',
+      );
       expect(sessions.seen.filter((session) => session.name.startsWith('fhir-webhooks migrations - '))).toEqual([]);
       const check = new pg.Client({ connectionString: emptyUrl });
       await check.connect();

@@ -51,9 +51,10 @@ describe('fhir.resources written with plain SQL', () => {
     expect(rows.map((row) => row.type)).toEqual([...resourceTypes].sort());
 
     const storable = [...resourceTypes].filter((type) => type !== 'Subscription');
-    const written = await t.database.pool.query(`INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', type, 'id', 'each-type') FROM unnest($1::text[]) type`, [
-      storable,
-    ]);
+    const written = await t.database.pool.query(
+      `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', type, 'id', 'each-type') FROM unnest($1::text[]) type`,
+      [storable],
+    );
     expect(written.rowCount).toBe(storable.length);
   });
 
@@ -68,7 +69,9 @@ describe('fhir.resources written with plain SQL', () => {
 
     await t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Patient", "id": "retyped"}')`);
     const retyped = await refusalOf(
-      t.database.pool.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{resourceType}', '"Pateint"') WHERE resource_type = 'Patient' AND id = 'retyped'`),
+      t.database.pool.query(
+        `UPDATE fhir.resources SET content = jsonb_set(content, '{resourceType}', '"Pateint"') WHERE resource_type = 'Patient' AND id = 'retyped'`,
+      ),
     );
     expect(retyped.constraint).toBe('resources_content_is_the_row');
   });
@@ -76,7 +79,12 @@ describe('fhir.resources written with plain SQL', () => {
   it('refuses a Subscription, pointing to the API, where subscriptions are still created', async () => {
     const refusal = await refusalOf(
       t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [
-        { resourceType: 'Subscription', status: 'active', criteria: 'Patient?active=true', channel: { type: 'rest-hook', endpoint: 'https://hooks.example.org/fhir' } },
+        {
+          resourceType: 'Subscription',
+          status: 'active',
+          criteria: 'Patient?active=true',
+          channel: { type: 'rest-hook', endpoint: 'https://hooks.example.org/fhir' },
+        },
       ]),
     );
     expect(refusal.code).toBe('23514');
@@ -89,13 +97,20 @@ describe('fhir.resources written with plain SQL', () => {
   });
 
   it('refuses a whole multi-row INSERT or COPY for one row of a refused type', async () => {
-    const rows = [{ resourceType: 'Patient', id: 'batch-1' }, { resourceType: 'Pateint', id: 'batch-2' }, { resourceType: 'Patient', id: 'batch-3' }];
+    const rows = [
+      { resourceType: 'Patient', id: 'batch-1' },
+      { resourceType: 'Pateint', id: 'batch-2' },
+      { resourceType: 'Patient', id: 'batch-3' },
+    ];
     const inserted = await refusalOf(t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, rows));
     expect(inserted.message).toContain(`resourceType 'Pateint'`);
 
     const client = await t.database.pool.connect();
     try {
-      const copy = pipeline(Readable.from([rows.map((row) => JSON.stringify(row)).join('\n') + '\n']), client.query(copyFrom('COPY fhir.resources (content) FROM STDIN')));
+      const copy = pipeline(
+        Readable.from([rows.map((row) => JSON.stringify(row)).join('\n') + '\n']),
+        client.query(copyFrom('COPY fhir.resources (content) FROM STDIN')),
+      );
       const copied = await refusalOf(copy);
       expect(copied.message).toContain(`resourceType 'Pateint'`);
       // PostgreSQL names the COPY's line.
@@ -119,7 +134,7 @@ describe('upgrading a database that holds rows of types the table now refuses', 
     await withAdmin(inject('adminUrl'), (admin) => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
   });
 
-  it('keeps them, readable and deletable but not updatable, refuses new ones, and the docs\' recipe puts them right', { timeout: 60_000 }, async () => {
+  it("keeps them, readable and deletable but not updatable, refuses new ones, and the docs' recipe puts them right", { timeout: 60_000 }, async () => {
     // The schema before the check: the migrations before 0027, whose trigger took any type.
     const migrationsDir = path.resolve(import.meta.dirname, '../../db/migrations');
     const before = readdirSync(migrationsDir)
@@ -134,7 +149,9 @@ describe('upgrading a database that holds rows of types the table now refuses', 
     } finally {
       client.release();
     }
-    await handle.pool.query(`INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Pateint", "id": "old-typo"}'), ('{"resourceType": "Subscription", "id": "old-subscription"}')`);
+    await handle.pool.query(
+      `INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Pateint", "id": "old-typo"}'), ('{"resourceType": "Subscription", "id": "old-subscription"}')`,
+    );
 
     expect(await applyMigrations(handle.pool)).toContain('0027_resource_types_checked_on_write');
 

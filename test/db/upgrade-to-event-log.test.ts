@@ -46,7 +46,14 @@ async function migrateTo0017(pool: pg.Pool): Promise<void> {
   await runGraphileWorkerMigrations({ pgPool: pool, logger: new Logger(() => () => undefined) });
   const client = await pool.connect();
   try {
-    await runner({ dbClient: client, dir: path.resolve(import.meta.dirname, '../../db/migrations'), direction: 'up', migrationsTable: 'pgmigrations', count: 17, log: () => undefined });
+    await runner({
+      dbClient: client,
+      dir: path.resolve(import.meta.dirname, '../../db/migrations'),
+      direction: 'up',
+      migrationsTable: 'pgmigrations',
+      count: 17,
+      log: () => undefined,
+    });
   } finally {
     client.release();
   }
@@ -71,7 +78,11 @@ describe('upgrading a database with notification jobs to the event log', () => {
 
     // Waiting: two statements of the old trigger, a batch of three and a batch of one.
     const patient = (id: string) => JSON.stringify({ resourceType: 'Patient', id, active: true });
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [patient('waiting-1'), patient('waiting-2'), patient('waiting-3')]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3)`, [
+      patient('waiting-1'),
+      patient('waiting-2'),
+      patient('waiting-3'),
+    ]);
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [patient('running-1')]);
     // Running when its worker died: locked by a pool that is gone, two minutes ago.
     await database.pool.query(
@@ -80,11 +91,13 @@ describe('upgrading a database with notification jobs to the event log', () => {
     );
     // A retry the old version scheduled (its second attempt, due in 2 s), and the single-event form of before 0008.
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [patient('retry-1'), patient('single-1')]);
-    await database.pool.query(`SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs WHERE task_identifier = 'notification_delivery' AND locked_by IS NULL AND created_at = (SELECT max(created_at) FROM graphile_worker.jobs)))`);
     await database.pool.query(
-      `SELECT graphile_worker.add_job('notification_delivery', $1::json, queue_name => $2, run_at => now() + interval '2 seconds')`,
-      [JSON.stringify({ subscriptionId, events: [{ resourceType: 'Patient', resourceId: 'retry-1', versionId: 1, deleted: false, attempt: 2 }] }), `subscription:${subscriptionId}`],
+      `SELECT graphile_worker.complete_jobs(array(SELECT id FROM graphile_worker.jobs WHERE task_identifier = 'notification_delivery' AND locked_by IS NULL AND created_at = (SELECT max(created_at) FROM graphile_worker.jobs)))`,
     );
+    await database.pool.query(`SELECT graphile_worker.add_job('notification_delivery', $1::json, queue_name => $2, run_at => now() + interval '2 seconds')`, [
+      JSON.stringify({ subscriptionId, events: [{ resourceType: 'Patient', resourceId: 'retry-1', versionId: 1, deleted: false, attempt: 2 }] }),
+      `subscription:${subscriptionId}`,
+    ]);
     await database.pool.query(`SELECT graphile_worker.add_job('notification_delivery', $1::json)`, [
       JSON.stringify({ subscriptionId, resourceType: 'Patient', resourceId: 'single-1', versionId: 1, deleted: false }),
     ]);
@@ -107,12 +120,16 @@ describe('upgrading a database with notification jobs to the event log', () => {
     try {
       const expected = ['waiting-1', 'waiting-2', 'waiting-3', 'running-1', 'retry-1', 'single-1', 'after-1'];
       await waitFor(() => (receiver.calls.length >= expected.length ? true : undefined), 30_000, `${expected.length} deliveries`);
-      await waitFor(async () => {
-        const { rows } = await database.pool.query<{ left: number }>(
-          `SELECT (SELECT count(*) FROM graphile_worker.jobs) + (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int AS left`,
-        );
-        return Number(rows[0]!.left) === 0 ? true : undefined;
-      }, 30_000, 'nothing left to do');
+      await waitFor(
+        async () => {
+          const { rows } = await database.pool.query<{ left: number }>(
+            `SELECT (SELECT count(*) FROM graphile_worker.jobs) + (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int AS left`,
+          );
+          return Number(rows[0]!.left) === 0 ? true : undefined;
+        },
+        30_000,
+        'nothing left to do',
+      );
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(receiver.calls.map((call) => call.json.id).sort()).toEqual([...expected].sort());
 
@@ -124,7 +141,9 @@ describe('upgrading a database with notification jobs to the event log', () => {
       expect(events.map((event) => event.status)).toEqual(expected.map(() => 'delivered'));
       expect(events.map((event) => event.event_number)).toEqual([1, 2, 3, 4, 5, 6, 7]);
       expect(events.find((event) => event.resource_id === 'retry-1')).toMatchObject({ attempts: 2 });
-      const { rows: attempts } = await database.pool.query(`SELECT resource_id, attempt, event_number::int FROM webhook.delivery_attempts WHERE kind = 'notification' AND resource_id = 'retry-1'`);
+      const { rows: attempts } = await database.pool.query(
+        `SELECT resource_id, attempt, event_number::int FROM webhook.delivery_attempts WHERE kind = 'notification' AND resource_id = 'retry-1'`,
+      );
       expect(attempts).toEqual([{ resource_id: 'retry-1', attempt: 2, event_number: events.find((event) => event.resource_id === 'retry-1')!.event_number }]);
     } finally {
       await workers.stop();

@@ -79,7 +79,9 @@ describe('the claim functions, bounded by bytes', () => {
 
   it('release at once a subscription every event of whose claim was set aside (a retry of a version older than one already sent)', async () => {
     const id = await subscribe('Patient?family=overtaken');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Patient", "id": "overtaken", "name": [{"family": "overtaken"}]}')`);
+    await database.pool.query(
+      `INSERT INTO fhir.resources (content) VALUES ('{"resourceType": "Patient", "id": "overtaken", "name": [{"family": "overtaken"}]}')`,
+    );
     await database.pool.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{active}', 'true') WHERE id = 'overtaken'`);
     // Version 2 was sent while version 1 waited for its retry, now due.
     await database.pool.query(
@@ -92,7 +94,10 @@ describe('the claim functions, bounded by bytes', () => {
       [id],
     );
     await database.pool.query(`UPDATE webhook.subscription_streams SET last_event_number = 1 WHERE subscription_id = $1`, [id]);
-    await database.pool.query(`UPDATE webhook.subscription_events SET attempts = 1, not_before = now() - interval '1 second' WHERE subscription_id = $1 AND version_id = 1`, [id]);
+    await database.pool.query(
+      `UPDATE webhook.subscription_events SET attempts = 1, not_before = now() - interval '1 second' WHERE subscription_id = $1 AND version_id = 1`,
+      [id],
+    );
 
     expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
     const { rows } = await database.pool.query(
@@ -130,11 +135,13 @@ describe('the claim functions, bounded by bytes', () => {
 
     for (const [index, batch] of batches.entries()) {
       // What each event was counted for is its version's size uncompressed: within 2% of its JSON text.
-      for (const event of batch.events) expect(Math.abs(event.bytes - versions.get(event.resourceId)!.text)).toBeLessThan(versions.get(event.resourceId)!.text * 0.02);
+      for (const event of batch.events)
+        expect(Math.abs(event.bytes - versions.get(event.resourceId)!.text)).toBeLessThan(versions.get(event.resourceId)!.text * 0.02);
       expect(batch.bytes).toBe(batch.events.reduce((sum, event) => sum + event.bytes, 0));
       expect(batch.bytes).toBeLessThanOrEqual(maxBytes);
       // Each batch but the last ended where the next event would not fit: more than one 150-300 kB version, less than 600 kB.
-      if (index < batches.length - 1) expect(batch.bytes + versions.get(logOrder[logOrder.indexOf(batch.events.at(-1)!.resourceId) + 1]!)!.text).toBeGreaterThan(maxBytes);
+      if (index < batches.length - 1)
+        expect(batch.bytes + versions.get(logOrder[logOrder.indexOf(batch.events.at(-1)!.resourceId) + 1]!)!.text).toBeGreaterThan(maxBytes);
     }
     expect(batches.length).toBeGreaterThan(4);
     const sent = batches.flatMap((batch) => batch.events);
@@ -172,8 +179,16 @@ describe('the claim functions, bounded by bytes', () => {
     // Room for First's two and less than Second's first: Third's small event, behind it, waits too.
     const claims = await claimEvents(database.db, 'sender-a', 10, firstBytes + 100_000);
     expect(claims.map((claim) => [claim.subscriptionId, claim.events.length, claim.moreDue])).toEqual([[first, 2, false]]);
-    const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by FROM webhook.subscription_streams WHERE subscription_id IN ($1, $2)`, [second, third]);
-    expect(rows).toEqual(expect.arrayContaining([{ subscription_id: second, claimed_by: null }, { subscription_id: third, claimed_by: null }]));
+    const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by FROM webhook.subscription_streams WHERE subscription_id IN ($1, $2)`, [
+      second,
+      third,
+    ]);
+    expect(rows).toEqual(
+      expect.arrayContaining([
+        { subscription_id: second, claimed_by: null },
+        { subscription_id: third, claimed_by: null },
+      ]),
+    );
     const next = await claimEvents(database.db, 'sender-a', 10, 1_000);
     expect(next.map((claim) => [claim.subscriptionId, claim.events.map((event) => event.resourceId)])).toEqual([[second, ['Second-1']]]);
   });

@@ -35,10 +35,10 @@ describe('delivery log', () => {
     // A previous signing secret whose rotation overlap has ended is dropped; one still in its overlap stays.
     const { id: overlapping } = await subscribe(t, 'Patient?active=false', endpoint.url);
     const previousSecret = (subscriptionId: string, untilSecondsFromNow: number) =>
-      t.database.pool.query(`UPDATE webhook.subscriptions SET previous_signing_secret_encrypted = '\\x00', previous_secret_until = now() + make_interval(secs => $2) WHERE id = $1`, [
-        subscriptionId,
-        untilSecondsFromNow,
-      ]);
+      t.database.pool.query(
+        `UPDATE webhook.subscriptions SET previous_signing_secret_encrypted = '\\x00', previous_secret_until = now() + make_interval(secs => $2) WHERE id = $1`,
+        [subscriptionId, untilSecondsFromNow],
+      );
     await previousSecret(id, -60);
     await previousSecret(overlapping, 3600);
     // Deactivations told (sent, logged, or folded into a later e-mail) go with the attempts; an untold one stays, however old: its e-mail is still due.
@@ -72,9 +72,14 @@ describe('delivery log', () => {
     ]);
     const { rows: events } = await t.database.pool.query(`SELECT resource_id FROM webhook.subscription_events ORDER BY resource_id`);
     expect(events.map((row) => row.resource_id)).toEqual(['recent', 'waiting']);
-    const { rows: secrets } = await t.database.pool.query(`SELECT id, previous_signing_secret_encrypted IS NOT NULL AS kept FROM webhook.subscriptions WHERE id = ANY($1)`, [[id, overlapping]]);
+    const { rows: secrets } = await t.database.pool.query(
+      `SELECT id, previous_signing_secret_encrypted IS NOT NULL AS kept FROM webhook.subscriptions WHERE id = ANY($1)`,
+      [[id, overlapping]],
+    );
     expect(Object.fromEntries(secrets.map((row) => [row.id, row.kept]))).toEqual({ [id]: false, [overlapping]: true });
-    const { rows: deactivations } = await t.database.pool.query(`SELECT reason FROM webhook.deactivation_alerts WHERE subscription_id = $1 ORDER BY reason`, [id]);
+    const { rows: deactivations } = await t.database.pool.query(`SELECT reason FROM webhook.deactivation_alerts WHERE subscription_id = $1 ORDER BY reason`, [
+      id,
+    ]);
     expect(deactivations.map((row) => row.reason)).toEqual(['folded 29 days ago', 'sent 29 days ago', 'untold 40 days ago']);
   });
 
@@ -93,7 +98,16 @@ describe('delivery log', () => {
       );
       return rows.length === 2 ? rows : undefined;
     });
-    const common = { subscription_id: id, criteria: 'Patient?gender=female', endpoint: endpoint.url, subscription_status: 'active', failure_count: 0, http_status: 200, outcome: 'delivered', attempt: 1 };
+    const common = {
+      subscription_id: id,
+      criteria: 'Patient?gender=female',
+      endpoint: endpoint.url,
+      subscription_status: 'active',
+      failure_count: 0,
+      http_status: 200,
+      outcome: 'delivered',
+      attempt: 1,
+    };
     expect(rows).toEqual([
       { ...common, kind: 'handshake', resource_type: null, resource_id: null, version_id: null },
       { ...common, kind: 'notification', resource_type: 'Patient', resource_id: created.id, version_id: 1 },

@@ -49,7 +49,16 @@ describe('handshake', () => {
     expect(call!.json).toMatchObject({
       resourceType: 'Bundle',
       type: 'history',
-      entry: [{ resource: { resourceType: 'SubscriptionStatus', type: 'handshake', status: 'requested', subscription: { reference: `${baseUrl}/fhir/resources/Subscription/${id}` } } }],
+      entry: [
+        {
+          resource: {
+            resourceType: 'SubscriptionStatus',
+            type: 'handshake',
+            status: 'requested',
+            subscription: { reference: `${baseUrl}/fhir/resources/Subscription/${id}` },
+          },
+        },
+      ],
     });
     expect(call!.headers['content-type']).toBe('application/fhir+json');
     expect(call!.headers.secret).toBe('top-secret');
@@ -73,7 +82,10 @@ describe('handshake', () => {
     const { id } = await subscribe(t, 'Practitioner?gender=male', endpoint.url);
     await untilStatus(t, id, 'error');
     expect(endpoint.calls).toHaveLength(3);
-    const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
+    const { rows } = await t.database.pool.query(
+      `SELECT attempt, outcome, http_status FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`,
+      [id],
+    );
     expect(rows).toEqual([
       { attempt: 1, outcome: 'retrying', http_status: 503 },
       { attempt: 2, outcome: 'retrying', http_status: 503 },
@@ -89,7 +101,10 @@ describe('network failures', () => {
     await closed.close();
     const { id } = await subscribe(t, 'Practitioner?gender=female', url);
     await untilStatus(t, id, 'error');
-    const { rows } = await t.database.pool.query(`SELECT attempt, outcome, http_status, error FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`, [id]);
+    const { rows } = await t.database.pool.query(
+      `SELECT attempt, outcome, http_status, error FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY attempt`,
+      [id],
+    );
     expect(rows.map((row: { outcome: string }) => row.outcome)).toEqual(['retrying', 'retrying', 'failed']);
     for (const row of rows) expect(row).toMatchObject({ http_status: null, error: expect.stringContaining('ECONNREFUSED') });
     expect((await statusOf(t, id)).error).toMatch(new RegExp(`^Handshake failed: .*ECONNREFUSED.* from ${url.replace(/[.?]/g, '\\$&')}$`));
@@ -119,7 +134,12 @@ describe('notifications', () => {
     const { id } = await subscribe(t, 'Appointment?status=arrived&_include=Appointment:patient', endpoint.url);
     await untilStatus(t, id, 'active');
     const created = (
-      await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'arrived', ...halfAnHour, participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }] })
+      await t.fhir('POST', '/Appointment', {
+        resourceType: 'Appointment',
+        status: 'arrived',
+        ...halfAnHour,
+        participant: [{ actor: { reference: 'Patient/inc-p' }, status: 'accepted' }],
+      })
     ).json();
     const [, call] = await endpoint.waitForCalls(2);
     expect(call!.json).toMatchObject({
@@ -135,7 +155,13 @@ describe('notifications', () => {
 
   it('delivers a searchset Bundle with the referring resources for _revinclude criteria', async () => {
     const endpoint = await receiver();
-    await t.fhir('PUT', '/Encounter/rev-e', { resourceType: 'Encounter', id: 'rev-e', status: 'finished', class: { code: 'AMB' }, subject: { reference: 'Patient/rev-p' } });
+    await t.fhir('PUT', '/Encounter/rev-e', {
+      resourceType: 'Encounter',
+      id: 'rev-e',
+      status: 'finished',
+      class: { code: 'AMB' },
+      subject: { reference: 'Patient/rev-p' },
+    });
     const { id } = await subscribe(t, 'Patient?family=Revincluded&_revinclude=Encounter:subject', endpoint.url);
     await untilStatus(t, id, 'active');
     await t.fhir('PUT', '/Patient/rev-p', { resourceType: 'Patient', id: 'rev-p', name: [{ family: 'Revincluded' }] });
@@ -153,7 +179,15 @@ describe('notifications', () => {
 
   it('delivers deletions tagged DELETE, whatever the non-status filters say', async () => {
     const endpoint = await receiver();
-    const created = (await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'noshow', start: '2026-01-01T10:00:00Z', end: '2026-01-01T10:30:00Z', participant: someone })).json();
+    const created = (
+      await t.fhir('POST', '/Appointment', {
+        resourceType: 'Appointment',
+        status: 'noshow',
+        start: '2026-01-01T10:00:00Z',
+        end: '2026-01-01T10:30:00Z',
+        participant: someone,
+      })
+    ).json();
     const { id } = await subscribe(t, 'Appointment?date=lt1900-01-01&status=noshow', endpoint.url);
     await untilStatus(t, id, 'active');
     await t.fhir('DELETE', `/Appointment/${created.id}`);
@@ -214,12 +248,14 @@ describe('failures, deactivation and reactivation', () => {
     await untilStatus(t, id, 'active');
     const finished = (code: string) => t.fhir('POST', '/Encounter', { resourceType: 'Encounter', status: 'finished', class: { code } });
     const run = async () =>
-      (await t.database.pool.query<{ status: string; deactivations: number; waits: number | null }>(
-        `SELECT status, deactivations_in_a_row AS deactivations,
+      (
+        await t.database.pool.query<{ status: string; deactivations: number; waits: number | null }>(
+          `SELECT status, deactivations_in_a_row AS deactivations,
                 extract(epoch FROM reactivation_not_before - (SELECT max(created_at) FROM webhook.deactivation_alerts WHERE subscription_id = $1))::float AS waits
          FROM webhook.subscriptions WHERE id = $1`,
-        [id],
-      )).rows[0]!;
+          [id],
+        )
+      ).rows[0]!;
 
     // The first deactivation: the next event reactivates it, as the specification says.
     await finished('AMB');

@@ -11,7 +11,7 @@ import { attemptsOf, statusOf, subscribe, untilStatus } from '../support/subscri
 const { closeAtEnd, listen } = closedAtFileEnd();
 
 describe('graceful shutdown', () => {
-  it('cuts a call that outlasts graphile-worker\'s 5 s of patience short, records nothing, and enqueues the event again', { timeout: 60_000 }, async () => {
+  it("cuts a call that outlasts graphile-worker's 5 s of patience short, records nothing, and enqueues the event again", { timeout: 60_000 }, async () => {
     const t = await startTestApp();
     closeAtEnd(() => t.close());
     const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' });
@@ -45,7 +45,9 @@ describe('graceful shutdown', () => {
        WHERE event.subscription_id = $1`,
       [id],
     );
-    expect(rows).toEqual([{ resource_type: 'Encounter', version_id: 1, event_number: '1', attempts: 0, not_before: null, status: 'pending', claimed_by: null }]);
+    expect(rows).toEqual([
+      { resource_type: 'Encounter', version_id: 1, event_number: '1', attempts: 0, not_before: null, status: 'pending', claimed_by: null },
+    ]);
     expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
     for (const response of held) response.destroy();
   });

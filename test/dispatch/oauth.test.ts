@@ -50,19 +50,23 @@ describe('OAuth client credentials', () => {
     expect(handshake!.headers.authorization).toBe('Bearer token-1');
     await untilStatus(t, id, 'active');
 
-    const created = (await t.fhir('POST', '/Appointment', {
-          resourceType: 'Appointment',
-          status: 'booked',
-          start: '2026-03-02T09:00:00Z',
-          end: '2026-03-02T09:30:00Z',
-          participant: [{ actor: { reference: 'Practitioner/oauth-doc' }, status: 'accepted' }],
-        })).json();
+    const created = (
+      await t.fhir('POST', '/Appointment', {
+        resourceType: 'Appointment',
+        status: 'booked',
+        start: '2026-03-02T09:00:00Z',
+        end: '2026-03-02T09:30:00Z',
+        participant: [{ actor: { reference: 'Practitioner/oauth-doc' }, status: 'accepted' }],
+      })
+    ).json();
     const [, notification] = await endpoint.waitForCalls(2);
     expect(notification!.json).toEqual(created);
     expect(notification!.headers.authorization).toBe('Bearer token-1');
     expect(notification!.headers.secret).toBe('top-secret');
 
-    expect(tokenEndpoint.forms.map((form) => Object.fromEntries(form))).toEqual([{ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }]);
+    expect(tokenEndpoint.forms.map((form) => Object.fromEntries(form))).toEqual([
+      { grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret },
+    ]);
   });
 });
 

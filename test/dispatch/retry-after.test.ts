@@ -31,7 +31,11 @@ describe('429 with Retry-After', () => {
     expect(calls[2]!.headers['webhook-id']).toBeUndefined();
     // The retry was scheduled after the 429 answer came back, so at least 1 s after it arrived.
     expect(arrivals[1]! - arrivals[0]!).toBeGreaterThanOrEqual(990);
-    await waitFor(async () => ((await attemptsOf(t, id)).some((row) => row.outcome === 'delivered' && row.kind === 'notification') ? true : undefined), 5_000, 'the delivery recorded');
+    await waitFor(
+      async () => ((await attemptsOf(t, id)).some((row) => row.outcome === 'delivered' && row.kind === 'notification') ? true : undefined),
+      5_000,
+      'the delivery recorded',
+    );
     expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 0 });
     expect((await attemptsOf(t, id)).filter((row) => row.kind === 'notification')).toMatchObject([
       { attempt: 1, outcome: 'retrying', http_status: 429, error: 'HTTP 429', resource_id: created.id },

@@ -36,7 +36,15 @@ describe('SSRF guard on (WEBHOOK_ALLOW_PRIVATE_NETWORKS unset)', () => {
     expect(error).toContain(endpoint.url);
     // A refused address is permanent: one attempt, no retry.
     expect(await attemptsOf(t, id)).toEqual([
-      { kind: 'handshake', attempt: 1, outcome: 'failed', http_status: null, error: expect.stringContaining("the endpoint's address is not public (loopback)"), resource_id: null, duration_ms: expect.any(Number) },
+      {
+        kind: 'handshake',
+        attempt: 1,
+        outcome: 'failed',
+        http_status: null,
+        error: expect.stringContaining("the endpoint's address is not public (loopback)"),
+        resource_id: null,
+        duration_ms: expect.any(Number),
+      },
     ]);
     await sleep(300);
     expect(endpoint.calls).toHaveLength(0);

@@ -53,7 +53,12 @@ describe('subscriber faults', () => {
    * later call are answered 200), the event's attempts once settled, and the
    * calls it received.
    */
-  async function faultyDelivery(criteria: string, resource: Record<string, unknown>, fault: (response: ServerResponse) => void, settled: (outcomes: string[]) => boolean) {
+  async function faultyDelivery(
+    criteria: string,
+    resource: Record<string, unknown>,
+    fault: (response: ServerResponse) => void,
+    settled: (outcomes: string[]) => boolean,
+  ) {
     const { t } = stack.current();
     let calls = 0;
     const server = createServer((request, response) => {
@@ -68,22 +73,39 @@ describe('subscriber faults', () => {
     const { id } = await subscribe(t, criteria, endpoint);
     await untilStatus(t, id, 'active');
     await t.fhir('POST', `/${resource.resourceType as string}`, resource);
-    const attempts = await waitFor(async () => {
-      const notifications = (await attemptsOf(t, id)).filter((row) => row.kind === 'notification');
-      return notifications.length > 0 && settled(notifications.map((row) => row.outcome)) ? notifications : undefined;
-    }, 10_000, 'the attempts');
+    const attempts = await waitFor(
+      async () => {
+        const notifications = (await attemptsOf(t, id)).filter((row) => row.kind === 'notification');
+        return notifications.length > 0 && settled(notifications.map((row) => row.outcome)) ? notifications : undefined;
+      },
+      10_000,
+      'the attempts',
+    );
     return { attempts, state: await statusOf(t, id), calls: () => calls };
   }
 
   it('an answer later than the response budget is a retryable failure, and the retry is delivered', async () => {
-    const { attempts, state } = await faultyDelivery('Device?status=active', { resourceType: 'Device', status: 'active' }, (response) => setTimeout(() => response.writeHead(200).end('late'), 1_500), (outcomes) => outcomes.includes('delivered'));
+    const { attempts, state } = await faultyDelivery(
+      'Device?status=active',
+      { resourceType: 'Device', status: 'active' },
+      (response) => setTimeout(() => response.writeHead(200).end('late'), 1_500),
+      (outcomes) => outcomes.includes('delivered'),
+    );
     expect(attempts).toMatchObject([{ outcome: 'retrying', http_status: null, error: expect.stringContaining('response timeout') }, { outcome: 'delivered' }]);
     expect(state).toMatchObject({ status: 'active', failure_count: 0 });
   });
 
   it('a connection reset is a retryable failure, and the retry is delivered', async () => {
-    const { attempts } = await faultyDelivery('Device?status=inactive', { resourceType: 'Device', status: 'inactive' }, (response) => response.socket?.destroy(), (outcomes) => outcomes.includes('delivered'));
-    expect(attempts).toMatchObject([{ outcome: 'retrying', http_status: null, error: expect.stringMatching(/ECONNRESET|socket|closed/i) }, { outcome: 'delivered' }]);
+    const { attempts } = await faultyDelivery(
+      'Device?status=inactive',
+      { resourceType: 'Device', status: 'inactive' },
+      (response) => response.socket?.destroy(),
+      (outcomes) => outcomes.includes('delivered'),
+    );
+    expect(attempts).toMatchObject([
+      { outcome: 'retrying', http_status: null, error: expect.stringMatching(/ECONNRESET|socket|closed/i) },
+      { outcome: 'delivered' },
+    ]);
   });
 
   it('a 2xx with an endless body is delivered; the call reads a bounded excerpt and does not wait for the end', async () => {
@@ -104,9 +126,11 @@ describe('subscriber faults', () => {
     expect(attempts).toHaveLength(1);
     expect(attempts[0]).toMatchObject({ outcome: 'delivered', http_status: 200 });
     expect(attempts[0]!.duration_ms).toBeLessThan(500);
-    const { rows } = await stack.current().t.database.pool.query<{ excerpt: string }>(
-      `SELECT response_excerpt AS excerpt FROM webhook.delivery_attempts WHERE kind = 'notification' AND http_status = 200 ORDER BY id DESC LIMIT 1`,
-    );
+    const { rows } = await stack
+      .current()
+      .t.database.pool.query<{ excerpt: string }>(
+        `SELECT response_excerpt AS excerpt FROM webhook.delivery_attempts WHERE kind = 'notification' AND http_status = 200 ORDER BY id DESC LIMIT 1`,
+      );
     expect(rows[0]!.excerpt).toBe('y'.repeat(1024));
   });
 

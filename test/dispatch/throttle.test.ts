@@ -37,11 +37,19 @@ function subscription(criteria: string, endpoint: string, channelExtension?: unk
 
 describe('max-calls-per-second', () => {
   it('is taken on channel as a valueDecimal, echoed, and refused when it means nothing', async () => {
-    const created = await t.fhir('POST', '/Subscription', subscription('Patient?family=Echoed', 'http://127.0.0.1:9/none', [{ url: extension, valueDecimal: 2.5 }]));
+    const created = await t.fhir(
+      'POST',
+      '/Subscription',
+      subscription('Patient?family=Echoed', 'http://127.0.0.1:9/none', [{ url: extension, valueDecimal: 2.5 }]),
+    );
     expect(created.statusCode, created.body).toBe(201);
     expect(created.json().channel.extension).toEqual([{ url: extension, valueDecimal: 2.5 }]);
     for (const value of [0, -1, '5', 20_000]) {
-      const refused = await t.fhir('POST', '/Subscription', subscription(`Patient?family=Refused${String(value)}`, 'http://127.0.0.1:9/none', [{ url: extension, valueDecimal: value }]));
+      const refused = await t.fhir(
+        'POST',
+        '/Subscription',
+        subscription(`Patient?family=Refused${String(value)}`, 'http://127.0.0.1:9/none', [{ url: extension, valueDecimal: value }]),
+      );
       expect(refused.statusCode).toBe(400);
       expect(refused.json().issue[0].details.text).toContain("channel's max-calls-per-second must be a valueDecimal above 0, at most 10,000");
     }
@@ -74,7 +82,9 @@ describe('max-calls-per-second', () => {
         }),
       );
     }
-    const slow = (await t.fhir('POST', '/Subscription', subscription('Patient?family=Throttled', throttled.url, [{ url: extension, valueDecimal: rate }]))).json<{ id: string }>();
+    const slow = (
+      await t.fhir('POST', '/Subscription', subscription('Patient?family=Throttled', throttled.url, [{ url: extension, valueDecimal: rate }]))
+    ).json<{ id: string }>();
     const fast = (await t.fhir('POST', '/Subscription', subscription('Patient?family=Throttled&active=true', unthrottled.url))).json<{ id: string }>();
     await untilStatus(t, slow.id, 'active', 30_000);
     await untilStatus(t, fast.id, 'active', 30_000);
@@ -88,7 +98,9 @@ describe('max-calls-per-second', () => {
     );
     await waitFor(() => (arrivals.length === events ? true : undefined), 30_000, `${events} throttled deliveries`);
     const measured = (events - 1) / ((arrivals.at(-1)! - arrivals[0]!) / 1000);
-    console.log(`throttled at ${rate}/s: ${measured.toFixed(1)} calls/s at the receiver; unthrottled: all ${events} in ${Math.round(unthrottledArrivals.at(-1)! - written)} ms`);
+    console.log(
+      `throttled at ${rate}/s: ${measured.toFixed(1)} calls/s at the receiver; unthrottled: all ${events} in ${Math.round(unthrottledArrivals.at(-1)! - written)} ms`,
+    );
     expect(measured).toBeGreaterThan(rate * 0.9);
     expect(measured).toBeLessThan(rate * 1.1);
     // The sender of the last calls left where the spacing stands, for whichever process claims next.

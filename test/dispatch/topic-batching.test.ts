@@ -83,7 +83,11 @@ async function attemptsOf(subscriptionId: string) {
 
 async function untilSettled(subscriptionId: string, count: number): Promise<void> {
   await waitFor(
-    async () => ((await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status <> 'pending'`, [subscriptionId])).rowCount === count ? true : undefined),
+    async () =>
+      (await t.database.pool.query(`SELECT 1 FROM webhook.subscription_events WHERE subscription_id = $1 AND status <> 'pending'`, [subscriptionId]))
+        .rowCount === count
+        ? true
+        : undefined,
     10_000,
     `${count} events settled`,
   );
@@ -129,8 +133,13 @@ describe.each(['empty', 'id-only', 'full-resource'] as const)('max-count 5 with 
     } else {
       // Each event's focus as an entry, in the order of the notification-events (number order); every Encounter written once.
       const focusParts = (call: ReceivedCall) =>
-        ((call.json as Json).entry[0].resource.parameter as Json[]).filter((parameter) => parameter.name === 'notification-event').map((event) => event.part.find((part: Json) => part.name === 'focus').valueReference.reference);
-      const foci = (call: ReceivedCall) => entries(call).filter((entry) => entry.fullUrl.includes('/Encounter/')).map((entry) => entry.fullUrl);
+        ((call.json as Json).entry[0].resource.parameter as Json[])
+          .filter((parameter) => parameter.name === 'notification-event')
+          .map((event) => event.part.find((part: Json) => part.name === 'focus').valueReference.reference);
+      const foci = (call: ReceivedCall) =>
+        entries(call)
+          .filter((entry) => entry.fullUrl.includes('/Encounter/'))
+          .map((entry) => entry.fullUrl);
       for (const call of calls) expect(foci(call)).toEqual(focusParts(call));
       expect(calls.flatMap(foci).sort()).toEqual(written.map((encounter) => `${serviceBase}/Encounter/${encounter}`).sort());
       if (content === 'full-resource') {
@@ -196,7 +205,10 @@ describe('a notification of several events', () => {
     const [call] = await notifications(1);
     expect(eventNumbers(call!.json)).toEqual([1, 2, 3, 4]);
     await untilSettled(id, 4);
-    const { rows } = await t.database.pool.query(`SELECT event_number, status, attempts FROM webhook.subscription_events WHERE subscription_id = $1 ORDER BY event_number`, [id]);
+    const { rows } = await t.database.pool.query(
+      `SELECT event_number, status, attempts FROM webhook.subscription_events WHERE subscription_id = $1 ORDER BY event_number`,
+      [id],
+    );
     expect(rows.map((row) => [Number(row.event_number), row.status, row.attempts])).toEqual([1, 2, 3, 4].map((n) => [n, 'failed', 1]));
     // One notification refused: one in a row, not four (DELIVERY_MAX_FAILURES of them deactivate).
     expect(await statusOf(t, id)).toMatchObject({ status: 'active', failure_count: 1 });

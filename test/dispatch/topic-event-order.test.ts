@@ -87,7 +87,13 @@ function classicSubscription(family: string, endpoint: string, channelExtensions
     status: 'requested',
     reason: 'calls in flight',
     criteria: `Patient?family=${family}`,
-    channel: { ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }), type: 'rest-hook', endpoint, payload: 'application/fhir+json', header: ['secret: order-secret'] },
+    channel: {
+      ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
+      type: 'rest-hook',
+      endpoint,
+      payload: 'application/fhir+json',
+      header: ['secret: order-secret'],
+    },
   };
 }
 
@@ -193,7 +199,11 @@ describe('a classic subscription', () => {
 
 describe('the parallel-calls extension', () => {
   it('is echoed on channel as stored, on create and on read', async () => {
-    const created = await t.fhir('POST', '/Subscription', topicSubscription('echoed', 'http://127.0.0.1:9/none', [{ url: parallelCalls, valuePositiveInt: maxParallelCalls }]));
+    const created = await t.fhir(
+      'POST',
+      '/Subscription',
+      topicSubscription('echoed', 'http://127.0.0.1:9/none', [{ url: parallelCalls, valuePositiveInt: maxParallelCalls }]),
+    );
     expect(created.statusCode, created.body).toBe(201);
     expect(created.json().channel.extension).toEqual([{ url: parallelCalls, valuePositiveInt: maxParallelCalls }]);
     const read = (await t.fhir('GET', `/Subscription/${created.json().id}`)).json().resource;
@@ -204,14 +214,28 @@ describe('the parallel-calls extension', () => {
 
   it.each([
     ['0', [{ url: parallelCalls, valuePositiveInt: 0 }], `channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`],
-    [`${maxParallelCalls + 1}`, [{ url: parallelCalls, valuePositiveInt: maxParallelCalls + 1 }], `channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`],
+    [
+      `${maxParallelCalls + 1}`,
+      [{ url: parallelCalls, valuePositiveInt: maxParallelCalls + 1 }],
+      `channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`,
+    ],
     ['a fraction', [{ url: parallelCalls, valuePositiveInt: 2.5 }], `channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`],
     ['a string', [{ url: parallelCalls, valuePositiveInt: '4' }], `channel's parallel-calls must be a valuePositiveInt from 1 to ${maxParallelCalls}`],
     ['another value type', [{ url: parallelCalls, valueInteger: 4 }], 'parallel-calls needs a valuePositiveInt'],
-    ['two of them', [{ url: parallelCalls, valuePositiveInt: 2 }, { url: parallelCalls, valuePositiveInt: 3 }], 'parallel-calls is given 2 times'],
+    [
+      'two of them',
+      [
+        { url: parallelCalls, valuePositiveInt: 2 },
+        { url: parallelCalls, valuePositiveInt: 3 },
+      ],
+      'parallel-calls is given 2 times',
+    ],
   ])('is refused with a 400 naming it when it is %s, on a topic-based and a classic subscription', async (name, extensions, reason) => {
     const named = name.replaceAll(' ', '-');
-    for (const body of [topicSubscription(`refused-${named}`, 'http://127.0.0.1:9/none', extensions), classicSubscription(`Refused-${named}`, 'http://127.0.0.1:9/none', extensions)]) {
+    for (const body of [
+      topicSubscription(`refused-${named}`, 'http://127.0.0.1:9/none', extensions),
+      classicSubscription(`Refused-${named}`, 'http://127.0.0.1:9/none', extensions),
+    ]) {
       const refused = await t.fhir('POST', '/Subscription', body);
       expect(refused.statusCode).toBe(400);
       expect(refused.json()).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'exception' }] });

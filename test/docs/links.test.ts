@@ -10,7 +10,12 @@ import { describe, expect, it } from 'vitest';
  * test when Chromium is there): they exist only after a run, in any order.
  */
 
-const pages = ['README.md', ...readdirSync('docs').filter((file) => file.endsWith('.md')).map((file) => `docs/${file}`)];
+const pages = [
+  'README.md',
+  ...readdirSync('docs')
+    .filter((file) => file.endsWith('.md'))
+    .map((file) => `docs/${file}`),
+];
 const repositoryPath = /`((?:docs|src|test|scripts|examples|db|monitoring|\.ci)\/[^`\s]*)`/g;
 const markdownLink = /\]\(((?!https?:|#|mailto:)[^)\s]+)\)/g;
 

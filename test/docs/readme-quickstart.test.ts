@@ -67,10 +67,14 @@ describe('the README quick start', () => {
     expect(receiver.output()).toContain('secret: (not shown)');
     expect(receiver.output()).not.toContain('change-me');
     // Until the handshake's answer is recorded the subscription is not active, and a write would not notify.
-    await waitFor(async () => {
-      const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key } });
-      return ((await response.json()) as { entry: unknown[] }).entry.length === 1 ? true : undefined;
-    }, 10_000, 'the subscription to become active');
+    await waitFor(
+      async () => {
+        const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key } });
+        return ((await response.json()) as { entry: unknown[] }).entry.length === 1 ? true : undefined;
+      },
+      10_000,
+      'the subscription to become active',
+    );
 
     const written = await inThirdTerminal(blocks[3]!, key);
     expect(written.exitCode, written.output).toBe(0);
@@ -82,10 +86,14 @@ describe('the README quick start', () => {
     expect(notification).toMatch(/x-hub-signature: sha256=[0-9a-f]{64}/);
 
     // The log's last row, the notification, is recorded right after the receiver answers.
-    const log = await waitFor(async () => {
-      const run = await inThirdTerminal(blocks[4]!, key);
-      return /notification \| Appointment/.test(run.output) ? run : undefined;
-    }, 20_000, 'the notification in the delivery log');
+    const log = await waitFor(
+      async () => {
+        const run = await inThirdTerminal(blocks[4]!, key);
+        return /notification \| Appointment/.test(run.output) ? run : undefined;
+      },
+      20_000,
+      'the notification in the delivery log',
+    );
     expect(log.exitCode, log.output).toBe(0);
     expect(log.output).toMatch(/handshake\s+\|\s+\|\s+1 \| delivered \|\s+200/);
     expect(log.output).toMatch(/notification \| Appointment\s+\|\s+1 \| delivered \|\s+200/);
@@ -108,7 +116,11 @@ describe("the README's log file", () => {
     });
     try {
       const service = startCommand('bash', ['-c', command!.replace('log.txt', logFile)], environment);
-      await waitFor(async () => (existsSync(logFile) && readFileSync(logFile, 'utf8').includes('Listening on') ? true : undefined), 30_000, 'the service listening');
+      await waitFor(
+        async () => (existsSync(logFile) && readFileSync(logFile, 'utf8').includes('Listening on') ? true : undefined),
+        30_000,
+        'the service listening',
+      );
       service.interrupt('SIGINT');
       expect(await service.exited).toBe(0);
       const lines = readFileSync(logFile, 'utf8').trimEnd().split('\n');

@@ -79,13 +79,20 @@ let dir: string;
 
 beforeAll(async () => {
   t = await startTestApp();
-  workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }), t.database, testSecretsKey, pino({ level: 'silent' }));
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
   receiver = await startReceiver();
   const { id } = await subscribe(t, 'Patient?family=Verified', receiver.url, { header: [`secret: ${secret}`] });
   await untilStatus(t, id, 'active');
   const received = async () => {
     // A resource with characters a JSON parser would write back differently: the check must be on the raw bytes.
-    const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Verified', given: ['Zoë', 'Ōsaka \u2028'] }] })).json<{ id: string }>();
+    const patient = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Verified', given: ['Zoë', 'Ōsaka \u2028'] }] })).json<{
+      id: string;
+    }>();
     const call = await waitFor(() => receiver.calls.find((each) => each.json.id === patient.id));
     return { body: call.body, signature: String(call.headers['x-hub-signature'] ?? '-'), next: String(call.headers['x-hub-signature-next'] ?? '-') };
   };
@@ -130,38 +137,41 @@ describe('the TypeScript check of docs/receivers.md in a CommonJS package', () =
 });
 
 describe.each(languages)('the $language signature check of docs/receivers.md', ({ language, installed, file, program, command }) => {
-  it.skipIf(!installed)(`accepts real calls with the secrets a receiver holds through a rotation, and refuses them forged (skipped where ${language}'s runtime is missing)`, () => {
-    const source = path.join(dir, file);
-    writeFileSync(source, program(snippet(language)));
-    const verdict = ({ body, signature, next }: Call, secrets: string[]) => {
-      const bodyFile = path.join(dir, `${language}-body`);
-      writeFileSync(bodyFile, body);
-      const [executable, ...args] = command(source);
-      const result = spawnSync(executable!, [...args, bodyFile, signature, next, ...secrets], { encoding: 'utf8' });
-      expect(result.stderr).toBe('');
-      return result.stdout.trim();
-    };
-    const { before, during, after } = calls;
-    const forged = (call: Call) => ({ ...call, body: Buffer.concat([call.body, Buffer.from(' ')]) });
-    expect(before.signature).toMatch(/^sha256=[0-9a-f]{64}$/);
-    expect(before.next).toBe('-');
-    expect(verdict(before, [secret])).toBe('true');
-    expect(verdict(forged(before), [secret])).toBe('false');
-    expect(verdict(before, ['another-secret'])).toBe('false');
-    expect(verdict({ ...before, signature: '-' }, [secret])).toBe('false');
+  it.skipIf(!installed)(
+    `accepts real calls with the secrets a receiver holds through a rotation, and refuses them forged (skipped where ${language}'s runtime is missing)`,
+    () => {
+      const source = path.join(dir, file);
+      writeFileSync(source, program(snippet(language)));
+      const verdict = ({ body, signature, next }: Call, secrets: string[]) => {
+        const bodyFile = path.join(dir, `${language}-body`);
+        writeFileSync(bodyFile, body);
+        const [executable, ...args] = command(source);
+        const result = spawnSync(executable!, [...args, bodyFile, signature, next, ...secrets], { encoding: 'utf8' });
+        expect(result.stderr).toBe('');
+        return result.stdout.trim();
+      };
+      const { before, during, after } = calls;
+      const forged = (call: Call) => ({ ...call, body: Buffer.concat([call.body, Buffer.from(' ')]) });
+      expect(before.signature).toMatch(/^sha256=[0-9a-f]{64}$/);
+      expect(before.next).toBe('-');
+      expect(verdict(before, [secret])).toBe('true');
+      expect(verdict(forged(before), [secret])).toBe('false');
+      expect(verdict(before, ['another-secret'])).toBe('false');
+      expect(verdict({ ...before, signature: '-' }, [secret])).toBe('false');
 
-    // During the overlap: accepted by a receiver holding the old secret, both, or the new one alone.
-    expect(during.next).toMatch(/^sha256=[0-9a-f]{64}$/);
-    expect(verdict(during, [secret])).toBe('true');
-    expect(verdict(during, [secret, nextSecret])).toBe('true');
-    expect(verdict(during, [nextSecret])).toBe('true');
-    expect(verdict(forged(during), [secret, nextSecret])).toBe('false');
-    expect(verdict(during, ['another-secret'])).toBe('false');
+      // During the overlap: accepted by a receiver holding the old secret, both, or the new one alone.
+      expect(during.next).toMatch(/^sha256=[0-9a-f]{64}$/);
+      expect(verdict(during, [secret])).toBe('true');
+      expect(verdict(during, [secret, nextSecret])).toBe('true');
+      expect(verdict(during, [nextSecret])).toBe('true');
+      expect(verdict(forged(during), [secret, nextSecret])).toBe('false');
+      expect(verdict(during, ['another-secret'])).toBe('false');
 
-    // After it: the new secret alone signs.
-    expect(after.next).toBe('-');
-    expect(verdict(after, [nextSecret])).toBe('true');
-    expect(verdict(after, [secret, nextSecret])).toBe('true');
-    expect(verdict(after, [secret])).toBe('false');
-  });
+      // After it: the new secret alone signs.
+      expect(after.next).toBe('-');
+      expect(verdict(after, [nextSecret])).toBe('true');
+      expect(verdict(after, [secret, nextSecret])).toBe('true');
+      expect(verdict(after, [secret])).toBe('false');
+    },
+  );
 });

@@ -47,7 +47,7 @@ function jsonValues(text: string): Record<string, unknown>[] {
 type Subscription = { id: string; status: string; criteria: string; meta: { tag: { code: string }[] } };
 
 describe("docs/subscriptions.md's example", () => {
-  it('creates, finds, reads, replaces and switches off its own subscription, leaving the quick start\'s live', { timeout: 60_000 }, async () => {
+  it("creates, finds, reads, replaces and switches off its own subscription, leaving the quick start's live", { timeout: 60_000 }, async () => {
     const database = await createTestDatabase();
     cleanups.push(() => database.drop());
     const port = await freePort();
@@ -61,7 +61,10 @@ describe("docs/subscriptions.md's example", () => {
     const asWritten = (block: string, fill: Record<string, string> = {}) =>
       Object.entries(fill).reduce(
         (text, [placeholder, value]) => text.replaceAll(placeholder, value),
-        block.replaceAll('localhost:8080', `localhost:${port}`).replaceAll('localhost%3A8080', `localhost%3A${port}`).replace(/^KEY=(fwk_)?….*$/m, `KEY=${apiKey}`),
+        block
+          .replaceAll('localhost:8080', `localhost:${port}`)
+          .replaceAll('localhost%3A8080', `localhost%3A${port}`)
+          .replace(/^KEY=(fwk_)?….*$/m, `KEY=${apiKey}`),
       );
     const run = async (block: string) => {
       const finished = await runCommand('bash', ['-e', '-c', block], childEnvironment({ KEY: apiKey }));
@@ -78,12 +81,18 @@ describe("docs/subscriptions.md's example", () => {
     expect(created).toMatchObject({ resourceType: 'Subscription', status: 'requested' });
     const output = await run(asWritten(example!.slice(at), { '<identifier>': created.meta.tag[0]!.code, '<id>': created.id }));
     const { rows } = await database.pool.query<{ id: string; status: string }>('SELECT id, status FROM webhook.subscriptions ORDER BY created_at');
-    expect(rows.find((row) => row.id === quickStart.id), "the quick start's subscription").toEqual({ id: quickStart.id, status: 'requested' });
+    expect(
+      rows.find((row) => row.id === quickStart.id),
+      "the quick start's subscription",
+    ).toEqual({ id: quickStart.id, status: 'requested' });
     expect(rows.map((row) => row.status)).toEqual(['requested', 'off', 'off']);
 
     const answers = jsonValues(output);
     // Three searches, the read's envelope (no resourceType), the transaction's answer, the switch-off's.
-    expect(answers.map((answer) => answer.resourceType), output).toEqual(['Bundle', 'Bundle', 'Bundle', undefined, 'Bundle', 'Subscription']);
+    expect(
+      answers.map((answer) => answer.resourceType),
+      output,
+    ).toEqual(['Bundle', 'Bundle', 'Bundle', undefined, 'Bundle', 'Subscription']);
     expect(answers[3]).toMatchObject({ resource: { id: created.id }, search: { mode: 'match' } });
     // Found by its tag and by its criteria; the replacement's entries both succeeded.
     expect(answers[0]).toMatchObject({ entry: [{ resource: { id: created.id } }] });

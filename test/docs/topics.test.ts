@@ -41,7 +41,8 @@ describe('docs/topics.md, the worked example', () => {
         .replaceAll('127.0.0.1:9000', `127.0.0.1:${receiverPort}`)
         .replace(/^KEY=fwk_….*$/m, `KEY=${fill.key ?? ''}`)
         .replace(/^ID=….*$/m, `ID=${fill.id ?? ''}`);
-    const inThirdTerminal = (block: string, fill: { key: string; id?: string }) => runCommand('bash', ['-e', '-c', asWritten(block, fill)], { ...environment, KEY: fill.key });
+    const inThirdTerminal = (block: string, fill: { key: string; id?: string }) =>
+      runCommand('bash', ['-e', '-c', asWritten(block, fill)], { ...environment, KEY: fill.key });
 
     const receiver = startCommand('bash', ['-c', asWritten(blocks[0]!)], environment);
     await receiver.waitFor(/Receiver listening on/);
@@ -59,10 +60,14 @@ describe('docs/topics.md, the worked example', () => {
     const ids = [...subscribed.output.matchAll(/"resourceType":"Subscription","id":"([0-9a-f-]{36})"/g)].map((match) => match[1]!);
     expect(ids, subscribed.output).toHaveLength(3);
     expect(subscribed.output.match(/"status":"requested"/g)).toHaveLength(3);
-    await waitFor(async () => {
-      const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key } });
-      return ((await response.json()) as { entry: unknown[] }).entry.length === 3 ? true : undefined;
-    }, 20_000, 'the three subscriptions to become active');
+    await waitFor(
+      async () => {
+        const response = await fetch(`http://127.0.0.1:${servicePort}/fhir/resources/Subscription?status=active`, { headers: { 'x-api-key': key } });
+        return ((await response.json()) as { entry: unknown[] }).entry.length === 3 ? true : undefined;
+      },
+      20_000,
+      'the three subscriptions to become active',
+    );
 
     const written = await inThirdTerminal(blocks[4]!, { key: key });
     expect(written.exitCode, written.output).toBe(0);
@@ -75,7 +80,13 @@ describe('docs/topics.md, the worked example', () => {
       expect(eventNumbers(notification)).toEqual([1]);
       const others = (notification.entry as Json[]).slice(1);
       if (content === 'empty') expect(others).toEqual([]);
-      if (content === 'id-only') expect(others).toEqual([expect.objectContaining({ fullUrl: `http://localhost:${servicePort}/fhir/resources/Encounter/visit-1`, request: { method: 'PUT', url: 'Encounter/visit-1' } })]);
+      if (content === 'id-only')
+        expect(others).toEqual([
+          expect.objectContaining({
+            fullUrl: `http://localhost:${servicePort}/fhir/resources/Encounter/visit-1`,
+            request: { method: 'PUT', url: 'Encounter/visit-1' },
+          }),
+        ]);
       if (content === 'full-resource') expect(others.map((entry) => entry.resource?.resourceType)).toEqual(['Encounter', 'Patient']);
     }
     // Only the change into finished is an event: one notification each.

@@ -40,7 +40,13 @@ function line(number: number): string {
   if (known !== undefined) return known.text;
   if (number === poisonLine) return JSON.stringify({ resourceType: 'Patient', id: 'poison', name: [{ family: 'Loaded' }] });
   return number % 2 === 0
-    ? JSON.stringify({ resourceType: 'Observation', id: `o${number}`, status: 'final', code: { text: 'weight' }, subject: { reference: `Patient/p${number - 1}` } })
+    ? JSON.stringify({
+        resourceType: 'Observation',
+        id: `o${number}`,
+        status: 'final',
+        code: { text: 'weight' },
+        subject: { reference: `Patient/p${number - 1}` },
+      })
     : JSON.stringify({ resourceType: 'Patient', id: `p${number}`, name: [{ family: number % 10 === 1 ? 'Loaded' : 'Other', given: [`G${number}`] }] });
 }
 
@@ -57,7 +63,12 @@ let file: string;
 
 beforeAll(async () => {
   t = await startTestApp();
-  workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }), t.database, testSecretsKey, pino({ level: 'silent' }));
+  workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
   receiver = await startReceiver();
   const { id } = await subscribe(t, 'Patient?family=Loaded', receiver.url);
   await untilStatus(t, id, 'active');
@@ -81,14 +92,17 @@ afterAll(async () => {
   await t?.close();
 });
 
-const load = (...args: string[]) => runCommand(process.execPath, [cliEntry, 'load', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+const load = (...args: string[]) =>
+  runCommand(process.execPath, [cliEntry, 'load', ...args], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
 const storedCount = async () => (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources')).rows[0]!.n;
 
 describe('npm run cli -- load', () => {
   it('says why a file cannot be read (missing, and from which folder a relative path is read; a directory) and exits 2, as for wrong input', async () => {
     const missing = await load('missing.ndjson');
     expect(missing.exitCode).toBe(2);
-    expect(missing.output).toContain(`Cannot read missing.ndjson: no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder).`);
+    expect(missing.output).toContain(
+      `Cannot read missing.ndjson: no such file (a relative path is read from ${process.cwd()}, where npm run runs: the project's folder).`,
+    );
     const absolute = await load('/nonexistent/missing.ndjson');
     expect(absolute.exitCode).toBe(2);
     expect(absolute.output.trim()).toBe('Cannot read /nonexistent/missing.ndjson: no such file.');
@@ -105,38 +119,52 @@ describe('npm run cli -- load', () => {
     expect(await storedCount()).toBe(0);
   });
 
-  it('loads the good lines chunk by chunk; the chunk the database refuses rolls back and notifies nobody; every other match is delivered once', { timeout: 120_000 }, async () => {
-    const run = await load('--chunk-size', String(chunkSize), file);
-    expect(run.exitCode).toBe(1);
-    const loaded = lineCount - invalid.size - chunkSize;
-    expect(run.output).toMatch(new RegExp(`^Loaded ${loaded} resources of ${lineCount} lines in [\\d.]+ s \\(\\d+ resources/s\\)\\.$`, 'm'));
-    expect(run.output).toMatch(new RegExp(`^Not loaded: ${invalid.size + chunkSize} lines\\.$`, 'm'));
-    expect(run.output).toContain(`  ${file}:${poisonChunk.first}-${poisonChunk.last}: a chunk of ${chunkSize} resources failed in the database and was rolled back: poison is not welcome here\n`);
-    for (const [number, { reason }] of invalid) expect(run.output).toMatch(new RegExp(`${file.replaceAll('.', '\\.')}:${number}: .*${reason.source}`));
-    // Progress without a terminal: a plain line every 2 s, if the load lasted that long.
-    const seconds = Number(/ lines in ([\d.]+) s /.exec(run.output)![1]);
-    if (seconds > 2.5) expect(run.output).toMatch(/^\d+ lines read \(\d+%\), \d+ loaded, \d+ refused, \d+ lines\/s$/m);
-    expect(await storedCount()).toBe(loaded);
-    // Nothing of the refused chunk is stored; the lines on either side of it are.
-    const idOf = (number: number) => (number % 2 === 0 ? `o${number}` : `p${number}`);
-    const chunkIds = goodLines.slice(poisonChunkStart, poisonChunkStart + chunkSize).filter((number) => number !== poisonLine).map(idOf);
-    expect(chunkIds).toHaveLength(chunkSize - 1);
-    const stored = async (ids: string[]) => (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources WHERE id = ANY($1)', [ids])).rows[0]!.n;
-    expect(await stored(chunkIds)).toBe(0);
-    expect(await stored([idOf(poisonChunk.first - 1), idOf(poisonChunk.last + 1)])).toBe(2);
+  it(
+    'loads the good lines chunk by chunk; the chunk the database refuses rolls back and notifies nobody; every other match is delivered once',
+    { timeout: 120_000 },
+    async () => {
+      const run = await load('--chunk-size', String(chunkSize), file);
+      expect(run.exitCode).toBe(1);
+      const loaded = lineCount - invalid.size - chunkSize;
+      expect(run.output).toMatch(new RegExp(`^Loaded ${loaded} resources of ${lineCount} lines in [\\d.]+ s \\(\\d+ resources/s\\)\\.$`, 'm'));
+      expect(run.output).toMatch(new RegExp(`^Not loaded: ${invalid.size + chunkSize} lines\\.$`, 'm'));
+      expect(run.output).toContain(
+        `  ${file}:${poisonChunk.first}-${poisonChunk.last}: a chunk of ${chunkSize} resources failed in the database and was rolled back: poison is not welcome here\n`,
+      );
+      for (const [number, { reason }] of invalid) expect(run.output).toMatch(new RegExp(`${file.replaceAll('.', '\\.')}:${number}: .*${reason.source}`));
+      // Progress without a terminal: a plain line every 2 s, if the load lasted that long.
+      const seconds = Number(/ lines in ([\d.]+) s /.exec(run.output)![1]);
+      if (seconds > 2.5) expect(run.output).toMatch(/^\d+ lines read \(\d+%\), \d+ loaded, \d+ refused, \d+ lines\/s$/m);
+      expect(await storedCount()).toBe(loaded);
+      // Nothing of the refused chunk is stored; the lines on either side of it are.
+      const idOf = (number: number) => (number % 2 === 0 ? `o${number}` : `p${number}`);
+      const chunkIds = goodLines
+        .slice(poisonChunkStart, poisonChunkStart + chunkSize)
+        .filter((number) => number !== poisonLine)
+        .map(idOf);
+      expect(chunkIds).toHaveLength(chunkSize - 1);
+      const stored = async (ids: string[]) =>
+        (await t.database.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM fhir.resources WHERE id = ANY($1)', [ids])).rows[0]!.n;
+      expect(await stored(chunkIds)).toBe(0);
+      expect(await stored([idOf(poisonChunk.first - 1), idOf(poisonChunk.last + 1)])).toBe(2);
 
-    const delivered = () => receiver.calls.filter((call) => call.json.resourceType === 'Patient').map((call) => call.json.id as string);
-    await waitFor(() => (delivered().length >= expectedIds.length ? true : undefined), 90_000, `${expectedIds.length} deliveries`);
-    // Late extras would show up here: wait a moment, then compare exactly.
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(delivered().length).toBe(expectedIds.length);
-    expect(new Set(delivered())).toEqual(new Set(expectedIds));
-  });
+      const delivered = () => receiver.calls.filter((call) => call.json.resourceType === 'Patient').map((call) => call.json.id as string);
+      await waitFor(() => (delivered().length >= expectedIds.length ? true : undefined), 90_000, `${expectedIds.length} deliveries`);
+      // Late extras would show up here: wait a moment, then compare exactly.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(delivered().length).toBe(expectedIds.length);
+      expect(new Set(delivered())).toEqual(new Set(expectedIds));
+    },
+  );
 
   it.skipIf(!existsSync('/usr/bin/script'))('shows a progress bar with the rate and the ETA on a terminal', { timeout: 60_000 }, async () => {
     // util-linux's script(1) gives the loader a pseudo-terminal.
     const command = `exec ${process.execPath} ${cliEntry} load --dry-run ${file}`;
-    const run = await runCommand('/usr/bin/script', ['--quiet', '--return', '--command', command, '/dev/null'], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+    const run = await runCommand(
+      '/usr/bin/script',
+      ['--quiet', '--return', '--command', command, '/dev/null'],
+      childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }),
+    );
     const screen = stripVTControlCharacters(run.output);
     expect(screen).toMatch(/[█░]+ 100% \| \d+ lines, \d+ loaded, \d+ refused \| \d+\/s \| ETA /);
     expect(screen).not.toMatch(/^\d+ lines read/m);
@@ -150,7 +178,9 @@ describe('npm run cli -- load', () => {
     const run = await load('--chunk-size', '2', plain);
     expect(run.output).toMatch(/^Loaded 6 resources of 6 lines in /m);
     expect(run.exitCode).toBe(0);
-    const { rows } = await t.database.pool.query(`SELECT version_id, content -> 'name' -> 0 ->> 'family' AS family FROM fhir.resource_history WHERE id = 'twice' ORDER BY version_id`);
+    const { rows } = await t.database.pool.query(
+      `SELECT version_id, content -> 'name' -> 0 ->> 'family' AS family FROM fhir.resource_history WHERE id = 'twice' ORDER BY version_id`,
+    );
     expect(rows).toEqual([
       { version_id: 1, family: 'First' },
       { version_id: 2, family: 'Second' },

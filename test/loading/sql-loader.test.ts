@@ -28,13 +28,10 @@ async function historyOf(type: string, id: string): Promise<HistoryRow[]> {
 describe('a batch loader writing fhir.resources with plain SQL', () => {
   it('INSERT with only content gets an id, versionId, lastUpdated and a history row, visible through the API', async () => {
     const participant = [{ actor: { reference: 'Patient/p1' }, status: 'accepted' }];
-    const { rows } = await t.database.pool.query<{ id: string }>(
-      `INSERT INTO fhir.resources (content) VALUES ($1), ($2) RETURNING id`,
-      [
-        { resourceType: 'Appointment', status: 'booked', start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z', participant },
-        { resourceType: 'Appointment', id: 'appt-1', status: 'proposed', participant },
-      ],
-    );
+    const { rows } = await t.database.pool.query<{ id: string }>(`INSERT INTO fhir.resources (content) VALUES ($1), ($2) RETURNING id`, [
+      { resourceType: 'Appointment', status: 'booked', start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z', participant },
+      { resourceType: 'Appointment', id: 'appt-1', status: 'proposed', participant },
+    ]);
     expect(rows[1]?.id).toBe('appt-1');
     const generated = rows[0]!.id;
     const read = await t.fhir('GET', `/Appointment/${generated}`);
@@ -64,7 +61,11 @@ describe('a batch loader writing fhir.resources with plain SQL', () => {
     await t.database.pool.query(`DELETE FROM fhir.resources WHERE resource_type = 'Patient' AND id = 'sql-1'`);
 
     const history = await historyOf('Patient', 'sql-1');
-    expect(history.map((row) => [row.version_id, row.is_deletion])).toEqual([[1, false], [2, false], [3, true]]);
+    expect(history.map((row) => [row.version_id, row.is_deletion])).toEqual([
+      [1, false],
+      [2, false],
+      [3, true],
+    ]);
     expect(history[2]!.content.meta.versionId).toBe('3');
     expect((await t.fhir('GET', '/Patient/sql-1')).statusCode).toBe(410);
     expect((await t.fhir('GET', '/Patient/sql-1/_history/2')).json()).toMatchObject({ active: true, meta: { versionId: '2' } });
@@ -116,7 +117,11 @@ describe("docs/loading.md's \\copy recipe", () => {
       const file = path.join(folder, 'appointments.ndjson');
       writeFileSync(file, lines.join('\n') + '\n');
       // As written, but for the file's folder: the recipe's relative path is the project folder's.
-      const run = await runCommand('bash', ['-e', '-c', block!.replace("'appointments.ndjson'", `'${file}'`)], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
+      const run = await runCommand(
+        'bash',
+        ['-e', '-c', block!.replace("'appointments.ndjson'", `'${file}'`)],
+        childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }),
+      );
       expect(run.exitCode, run.output).toBe(0);
       expect(run.output).toContain('COPY 4');
       for (const resource of resources) {

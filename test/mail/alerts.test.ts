@@ -47,7 +47,10 @@ function mailer(smtpUrl: string | undefined, logger = pino({ level: 'silent' }))
 /** Headers (unfolded, names lower-cased) and the body decoded from its transfer encoding, with \n for the wire's CRLF. */
 function parseMessage(raw: string): { headers: Map<string, string>; body: string } {
   const end = raw.indexOf('\r\n\r\n');
-  const lines = raw.slice(0, end).replace(/\r\n(?=[ \t])/g, '').split('\r\n');
+  const lines = raw
+    .slice(0, end)
+    .replace(/\r\n(?=[ \t])/g, '')
+    .split('\r\n');
   const headers = new Map(lines.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
   return { headers, body: decodeBody(raw.slice(end + 4), headers.get('content-transfer-encoding')).replace(/\r\n/g, '\n') };
 }
@@ -65,7 +68,9 @@ describe('deactivation alert by e-mail', () => {
     expect(await mailer(smtp.url).send({ ...alert, deactivations: 7, previousAlertAt: '2025-03-04T04:06:07.000Z' })).toBe('sent');
     const { headers, body } = parseMessage(smtp.received[0]!.raw);
     expect(headers.get('subject')).toBe(`Webhook deactivated 7 times: ${alert.criteria}`);
-    expect(body).toMatch(/^Deliveries to the endpoint of this webhook subscription keep failing: it was deactivated \(status error\) 7 times since the previous alert \(2025-03-04T04:06:07\.000Z\)/);
+    expect(body).toMatch(
+      /^Deliveries to the endpoint of this webhook subscription keep failing: it was deactivated \(status error\) 7 times since the previous alert \(2025-03-04T04:06:07\.000Z\)/,
+    );
     expect(body).toContain('Deactivations:        7 since 2025-03-04T04:06:07.000Z\n');
     expect(body).toContain(`Deactivated at:       ${alert.deactivatedAt}\n`);
   });
@@ -144,7 +149,17 @@ describe('deactivation alert without SMTP_URL', () => {
     const row = { ...alert, header: ['Authorization: Bearer t0k3n'], secret: 's3cr3t' };
     await mailer(undefined, logger).send(row);
     const [entry] = logged();
-    expect(Object.keys(entry.alert).sort()).toEqual(['criteria', 'deactivatedAt', 'deactivations', 'endpoint', 'errorMessage', 'httpStatus', 'recipients', 'subscriptionId', 'undeliveredResourceUrl']);
+    expect(Object.keys(entry.alert).sort()).toEqual([
+      'criteria',
+      'deactivatedAt',
+      'deactivations',
+      'endpoint',
+      'errorMessage',
+      'httpStatus',
+      'recipients',
+      'subscriptionId',
+      'undeliveredResourceUrl',
+    ]);
     expect(JSON.stringify(entry)).not.toMatch(/t0k3n|s3cr3t/);
   });
 });

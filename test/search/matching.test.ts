@@ -38,10 +38,9 @@ async function notifiesSubscription(resource: Resource, query: string): Promise<
   const { id } = await subscribe(t, `${resource.resourceType}?_id=${resource.id}&${query}`, 'http://127.0.0.1:9/hook');
   await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
   await t.database.pool.query('UPDATE fhir.resources SET content = content WHERE resource_type = $1 AND id = $2', [resource.resourceType, resource.id]);
-  const { rows } = await t.database.pool.query<{ count: number }>(
-    'SELECT count(*)::int AS count FROM webhook.subscription_events WHERE subscription_id = $1',
-    [id],
-  );
+  const { rows } = await t.database.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM webhook.subscription_events WHERE subscription_id = $1', [
+    id,
+  ]);
   await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
   return rows[0]!.count > 0;
 }
@@ -64,17 +63,26 @@ describe('number and quantity parameters over a Range', () => {
   // Condition.abatement-age is `abatement.as(Age) | abatement.as(Range)`: the Range branch once never matched.
   // An abated Condition is no longer active (con-4).
   const resolved = { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/condition-clinical', code: 'resolved' }] };
-  cases({ resourceType: 'Condition', id: 'abated', clinicalStatus: resolved, subject: { reference: 'Patient/p' }, abatementRange: { low: { value: 1, unit: 'a' }, high: { value: 1, unit: 'a' } } }, [
-    ['abatement-age=1', true],
-    ['abatement-age=2', false],
-    ['abatement-age=gt0', true],
-    ['abatement-age=lt1', false],
-    ['abatement-age=le1', true],
-    ['abatement-age=ne1', false],
-    ['abatement-age=ap1.05', true],
-    ['abatement-age=1||a', true],
-    ['abatement-age=1||mo', false],
-  ]);
+  cases(
+    {
+      resourceType: 'Condition',
+      id: 'abated',
+      clinicalStatus: resolved,
+      subject: { reference: 'Patient/p' },
+      abatementRange: { low: { value: 1, unit: 'a' }, high: { value: 1, unit: 'a' } },
+    },
+    [
+      ['abatement-age=1', true],
+      ['abatement-age=2', false],
+      ['abatement-age=gt0', true],
+      ['abatement-age=lt1', false],
+      ['abatement-age=le1', true],
+      ['abatement-age=ne1', false],
+      ['abatement-age=ap1.05', true],
+      ['abatement-age=1||a', true],
+      ['abatement-age=1||mo', false],
+    ],
+  );
   // An open Range (no high): from 10 years on.
   cases({ resourceType: 'Condition', id: 'onset', subject: { reference: 'Patient/p' }, onsetRange: { low: { value: 10, unit: 'a' } } }, [
     ['onset-age=gt50', true],
@@ -87,34 +95,65 @@ describe('number and quantity parameters over a Range', () => {
   ]);
   // A probability Range is in percent (ras-1): from 20 % to 40 %.
   const percent = (value: number) => ({ value, unit: '%', system: 'http://unitsofmeasure.org', code: '%' });
-  cases({ resourceType: 'RiskAssessment', id: 'risk', subject: { reference: 'Patient/p' }, status: 'final', prediction: [{ probabilityRange: { low: percent(20), high: percent(40) } }] }, [
-    ['probability=gt30', true],
-    ['probability=sa40', false],
-    ['probability=sa10', true],
-    ['probability=eb50', true],
-    ['probability=30', false],
-  ]);
+  cases(
+    {
+      resourceType: 'RiskAssessment',
+      id: 'risk',
+      subject: { reference: 'Patient/p' },
+      status: 'final',
+      prediction: [{ probabilityRange: { low: percent(20), high: percent(40) } }],
+    },
+    [
+      ['probability=gt30', true],
+      ['probability=sa40', false],
+      ['probability=sa10', true],
+      ['probability=eb50', true],
+      ['probability=30', false],
+    ],
+  );
 });
 
 describe('quantity parameters over Money, and over what has no single quantity', () => {
-  cases({ resourceType: 'ChargeItem', id: 'charge', status: 'billable', code: { text: 'x' }, subject: { reference: 'Patient/p' }, priceOverride: { value: 10, currency: 'EUR' } }, [
-    ['price-override=10', true],
-    ['price-override=10||EUR', true],
-    ['price-override=10|urn:iso:std:iso:4217|EUR', true],
-    ['price-override=10||USD', false],
-    ['price-override=10|http://unitsofmeasure.org|EUR', false],
-    ['price-override=gt9', true],
-  ]);
-  cases({ resourceType: 'Observation', id: 'sampled', status: 'final', code: { text: 'x' }, valueSampledData: { origin: { value: 1 }, period: 1, dimensions: 1 } }, [
-    ['value-quantity=1', false],
-    ['value-quantity:missing=false', true],
-  ]);
+  cases(
+    {
+      resourceType: 'ChargeItem',
+      id: 'charge',
+      status: 'billable',
+      code: { text: 'x' },
+      subject: { reference: 'Patient/p' },
+      priceOverride: { value: 10, currency: 'EUR' },
+    },
+    [
+      ['price-override=10', true],
+      ['price-override=10||EUR', true],
+      ['price-override=10|urn:iso:std:iso:4217|EUR', true],
+      ['price-override=10||USD', false],
+      ['price-override=10|http://unitsofmeasure.org|EUR', false],
+      ['price-override=gt9', true],
+    ],
+  );
+  cases(
+    { resourceType: 'Observation', id: 'sampled', status: 'final', code: { text: 'x' }, valueSampledData: { origin: { value: 1 }, period: 1, dimensions: 1 } },
+    [
+      ['value-quantity=1', false],
+      ['value-quantity:missing=false', true],
+    ],
+  );
   // A date parameter over performedAge: an Age is no date (it once read as an open Period, matching every date).
-  cases({ resourceType: 'Procedure', id: 'aged', status: 'completed', subject: { reference: 'Patient/p' }, performedAge: { value: 5, unit: 'a', system: 'http://unitsofmeasure.org', code: 'a' } }, [
-    ['date=ge2000', false],
-    ['date=lt2000', false],
-    ['date:missing=false', true],
-  ]);
+  cases(
+    {
+      resourceType: 'Procedure',
+      id: 'aged',
+      status: 'completed',
+      subject: { reference: 'Patient/p' },
+      performedAge: { value: 5, unit: 'a', system: 'http://unitsofmeasure.org', code: 'a' },
+    },
+    [
+      ['date=ge2000', false],
+      ['date=lt2000', false],
+      ['date:missing=false', true],
+    ],
+  );
 });
 
 describe('the ap prefix', () => {
@@ -224,18 +263,33 @@ describe('chained parameters and _has', () => {
   beforeAll(async () => {
     await store({ resourceType: 'Patient', id: 'smith', active: true, name: [{ family: 'Smith' }], identifier: [{ system: 'http://x', value: '123' }] });
     await store({ resourceType: 'Patient', id: 'jones', active: false, name: [{ family: 'Jones' }] });
-    await store({ resourceType: 'Observation', id: 'smith-code', status: 'final', code: { coding: [{ system: 'http://loinc.org', code: '1234-5' }] }, subject: { reference: 'Patient/smith' } });
+    await store({
+      resourceType: 'Observation',
+      id: 'smith-code',
+      status: 'final',
+      code: { coding: [{ system: 'http://loinc.org', code: '1234-5' }] },
+      subject: { reference: 'Patient/smith' },
+    });
   });
   const visit = { start: '2026-03-02T09:00:00Z', end: '2026-03-02T09:30:00Z' };
-  cases({ resourceType: 'Appointment', id: 'smith-visit', status: 'booked', ...visit, participant: [{ actor: { reference: 'Patient/smith' }, status: 'accepted' }] }, [
-    ['patient.identifier=http://x|123', true],
-    ['patient.identifier=http://x|999', false],
-    ['patient.name=jones', false],
-    ['patient.name=jones,smi', true],
-    ['actor:Patient.active=true', true],
-    ['actor:Patient.active=true&patient.name=jones', false],
-    ['patient.name:exact=Smith', true],
-  ]);
+  cases(
+    {
+      resourceType: 'Appointment',
+      id: 'smith-visit',
+      status: 'booked',
+      ...visit,
+      participant: [{ actor: { reference: 'Patient/smith' }, status: 'accepted' }],
+    },
+    [
+      ['patient.identifier=http://x|123', true],
+      ['patient.identifier=http://x|999', false],
+      ['patient.name=jones', false],
+      ['patient.name=jones,smi', true],
+      ['actor:Patient.active=true', true],
+      ['actor:Patient.active=true&patient.name=jones', false],
+      ['patient.name:exact=Smith', true],
+    ],
+  );
   cases({ resourceType: 'Encounter', id: 'jones-stay', status: 'finished', class: { code: 'IMP' }, subject: { reference: 'Patient/jones' } }, [
     ['subject:Patient.active=false', true],
     ['subject:Patient.active=true', false],
@@ -259,19 +313,30 @@ describe('chained parameters and _has', () => {
 
   it('in criteria, sees the referenced resource as the writing transaction left it', async () => {
     await store({ resourceType: 'Patient', id: 'renamed', name: [{ family: 'Before' }] });
-    await store({ resourceType: 'Appointment', id: 'renamed-visit', status: 'booked', ...visit, participant: [{ actor: { reference: 'Patient/renamed' }, status: 'accepted' }] });
+    await store({
+      resourceType: 'Appointment',
+      id: 'renamed-visit',
+      status: 'booked',
+      ...visit,
+      participant: [{ actor: { reference: 'Patient/renamed' }, status: 'accepted' }],
+    });
     const { id } = await subscribe(t, 'Appointment?patient.name=after', 'http://127.0.0.1:9/hook');
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'active' WHERE id = $1`, [id]);
     const client = await t.database.pool.connect();
     try {
       await client.query('BEGIN');
-      await client.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{name}', '[{"family": "After"}]') WHERE resource_type = 'Patient' AND id = 'renamed'`);
+      await client.query(
+        `UPDATE fhir.resources SET content = jsonb_set(content, '{name}', '[{"family": "After"}]') WHERE resource_type = 'Patient' AND id = 'renamed'`,
+      );
       await client.query(`UPDATE fhir.resources SET content = content WHERE resource_type = 'Appointment' AND id = 'renamed-visit'`);
       await client.query('COMMIT');
     } finally {
       client.release();
     }
-    const { rows } = await t.database.pool.query<{ resource_id: string }>('SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1 ORDER BY id', [id]);
+    const { rows } = await t.database.pool.query<{ resource_id: string }>(
+      'SELECT resource_id FROM webhook.subscription_events WHERE subscription_id = $1 ORDER BY id',
+      [id],
+    );
     expect(rows.map((row) => row.resource_id)).toEqual(['renamed-visit']);
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [id]);
   });
@@ -326,18 +391,34 @@ describe('every parameter type × element type pair the compiler accepts', () =>
     'date:date': [{ resourceType: 'Patient', birthDate: '2026-01-15' }, 'birthdate=2026-01', true],
     'date:dateTime': [{ resourceType: 'Observation', effectiveDateTime: '2026-01-01T10:00:00Z' }, 'date=2026-01-01', true],
     'date:instant': [{ resourceType: 'Appointment', start: '2026-01-01T10:00:00Z' }, 'date=lt2026-02', true],
-    'number:Range': [{ resourceType: 'RiskAssessment', prediction: [{ probabilityRange: { low: { value: 0.2 }, high: { value: 0.3 } } }] }, 'probability=gt0.25', true],
+    'number:Range': [
+      { resourceType: 'RiskAssessment', prediction: [{ probabilityRange: { low: { value: 0.2 }, high: { value: 0.3 } } }] },
+      'probability=gt0.25',
+      true,
+    ],
     'number:decimal': [{ resourceType: 'RiskAssessment', prediction: [{ probabilityDecimal: 0.2 }] }, 'probability=0.2', true],
     'number:integer': [{ resourceType: 'MolecularSequence', variant: [{ start: 7 }] }, 'variant-start=ge7', true],
-    'quantity:Age': [{ resourceType: 'Condition', onsetAge: { value: 5, code: 'a', system: 'http://unitsofmeasure.org' } }, 'onset-age=5|http://unitsofmeasure.org|a', true],
+    'quantity:Age': [
+      { resourceType: 'Condition', onsetAge: { value: 5, code: 'a', system: 'http://unitsofmeasure.org' } },
+      'onset-age=5|http://unitsofmeasure.org|a',
+      true,
+    ],
     'quantity:Duration': [{ resourceType: 'Encounter', length: { value: 30, unit: 'min' } }, 'length=30||min', true],
     'quantity:Money': [{ resourceType: 'ChargeItem', priceOverride: { value: 10, currency: 'EUR' } }, 'price-override=10||EUR', true],
     'quantity:Quantity': [{ resourceType: 'Observation', valueQuantity: { value: 5.4, code: 'mg' } }, 'value-quantity=5.4||mg', true],
     'quantity:Range': [{ resourceType: 'Condition', onsetRange: { low: { value: 1, code: 'a' }, high: { value: 3, code: 'a' } } }, 'onset-age=gt2', true],
     'quantity:SampledData': [{ resourceType: 'Observation', valueSampledData: { origin: { value: 1 }, period: 1, dimensions: 1 } }, 'value-quantity=1', false],
-    'reference:Attachment': [{ resourceType: 'Consent', sourceAttachment: { url: 'http://x.org/consent.pdf' } }, 'source-reference=http://x.org/consent.pdf', true],
+    'reference:Attachment': [
+      { resourceType: 'Consent', sourceAttachment: { url: 'http://x.org/consent.pdf' } },
+      'source-reference=http://x.org/consent.pdf',
+      true,
+    ],
     'reference:Reference': [{ resourceType: 'Observation', subject: { reference: 'Patient/p1' } }, 'subject=Patient/p1', true],
-    'reference:Resource': [{ resourceType: 'Bundle', type: 'document', entry: [{ resource: { resourceType: 'Composition', id: 'c1' } }] }, 'composition=Composition/c1', true],
+    'reference:Resource': [
+      { resourceType: 'Bundle', type: 'document', entry: [{ resource: { resourceType: 'Composition', id: 'c1' } }] },
+      'composition=Composition/c1',
+      true,
+    ],
     'reference:canonical': [{ resourceType: 'QuestionnaireResponse', questionnaire: 'Questionnaire/q1' }, 'questionnaire=q1', true],
     'reference:uri': [{ resourceType: 'ConceptMap', sourceUri: 'ValueSet/v1' }, 'source-uri=ValueSet/v1', true],
     'string:Address': [{ resourceType: 'Patient', address: [{ city: 'Paris' }] }, 'address=par', true],
@@ -354,7 +435,11 @@ describe('every parameter type × element type pair the compiler accepts', () =>
     'token:id': [{ resourceType: 'ImagingStudy', series: [{ instance: [{ uid: '1.2.3' }] }] }, 'instance=1.2.3', true],
     'token:string': [{ resourceType: 'ActivityDefinition', version: '2.0' }, 'version=2.0', true],
     'token:uri': [{ resourceType: 'MessageHeader', eventUri: 'http://x.org/e' }, 'event=http://x.org/e', true],
-    'uri:?': [{ resourceType: 'ConceptMap', group: [{ element: [{ target: [{ product: [{ property: 'http://x.org/p' }] }] }] }] }, 'product=http://x.org/p', true],
+    'uri:?': [
+      { resourceType: 'ConceptMap', group: [{ element: [{ target: [{ product: [{ property: 'http://x.org/p' }] }] }] }] },
+      'product=http://x.org/p',
+      true,
+    ],
     'uri:canonical': [{ resourceType: 'Patient', meta: { profile: ['http://x.org/P|2'] } }, '_profile=http://x.org/P', true],
     'uri:uri': [{ resourceType: 'ValueSet', url: 'http://x.org/vs' }, 'url:below=http://x.org/', true],
     'uri:url': [{ resourceType: 'Subscription', channel: { endpoint: 'http://x.org/hook' } }, 'url=http://x.org/hook', true],

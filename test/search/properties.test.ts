@@ -25,9 +25,33 @@ const codes = ['a', 'b', 'A', 'c.1', 'a,b', 'x|y', 'd$e', 'f\\g', 'true', 'false
 const systems = ['http://s1', 'http://s2', 'urn:oid:1.2.3'];
 const contactSystems = ['phone', 'email', 'fax'];
 const names = [
-  'Müller', 'MULLER', 'Mu\u0308ller', 'Zoë', 'ZOE', 'José', 'Jose\u0301', 'Ångström', 'angstrom', 'Ann', 'Anna', 'Ann-Marie',
-  "O'Brien", 'Smith, J', 'a|b$c\\d', 'Élodie', 'Æsir', 'Øystein', 'ÉLODIE', 'anne', 'St. John (Jr.)', 'A+B*[x]?^{2}', 'Say "Hi"',
-  'Strauß', 'İris', 'Nguyễn', 'Ann😀',
+  'Müller',
+  'MULLER',
+  'Mu\u0308ller',
+  'Zoë',
+  'ZOE',
+  'José',
+  'Jose\u0301',
+  'Ångström',
+  'angstrom',
+  'Ann',
+  'Anna',
+  'Ann-Marie',
+  "O'Brien",
+  'Smith, J',
+  'a|b$c\\d',
+  'Élodie',
+  'Æsir',
+  'Øystein',
+  'ÉLODIE',
+  'anne',
+  'St. John (Jr.)',
+  'A+B*[x]?^{2}',
+  'Say "Hi"',
+  'Strauß',
+  'İris',
+  'Nguyễn',
+  'Ann😀',
 ];
 const resourceIds = ['r0', 'r1', 'r2', 'r.1', 'rX1'];
 const referenceIds = ['p1', 'p2', 'p.1', 'pX1'];
@@ -38,7 +62,27 @@ const clockTimes = ['00:00:00', '23:59:59', '12:00:00', '00:00:01', '00:30:00', 
 const storedFractions = ['', '.0', '.5', '.999999', '.000001', '.25', '.123456'];
 const storedZones = ['Z', '+01:00', '-01:00', '+00:00', '-00:30'];
 const storedNumbers = [0, 0.1, 0.15, 0.05, 1, 1.5, 1.45, 1.55, 2, 99.5, 100, 100.5, -1, -0.5, 1.049, 1e-7];
-const searchNumbers = ['0', '0.1', '0.10', '0.15', '1', '1.0', '1.5', '1.50', '2', '100', '99.5', '100.5', '-1', '-0.5', '0.05', '1.05', '1.049', '1.0490', '0.0000001'];
+const searchNumbers = [
+  '0',
+  '0.1',
+  '0.10',
+  '0.15',
+  '1',
+  '1.0',
+  '1.5',
+  '1.50',
+  '2',
+  '100',
+  '99.5',
+  '100.5',
+  '-1',
+  '-0.5',
+  '0.05',
+  '1.05',
+  '1.049',
+  '1.0490',
+  '0.0000001',
+];
 const prefixes = ['eq', 'ne', 'gt', 'lt', 'ge', 'le', 'sa', 'eb'] as const;
 /** ap on numbers and quantities; on dates it depends on the time of evaluation, so it is checked by example (test/search/matching.test.ts). */
 const numberPrefixes = [...prefixes, 'ap'] as const;
@@ -96,7 +140,10 @@ const reference = (types: readonly string[]) =>
   fc.oneof(
     { weight: 12, arbitrary: literalReference(types) },
     // A logical reference: present (for :missing), but it names no Type/id.
-    { weight: 1, arbitrary: fc.record({ identifier: fc.record({ system: pick(systems), value: pick(referenceIds) }), display: text }, { requiredKeys: ['identifier'] }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({ identifier: fc.record({ system: pick(systems), value: pick(referenceIds) }), display: text }, { requiredKeys: ['identifier'] }),
+    },
   );
 const literalReference = (types: readonly string[]) =>
   fc.record(
@@ -123,17 +170,12 @@ const meta = element({
 type Resource = { resourceType: string; id?: string } & Record<string, unknown>;
 
 function resource(resourceType: string, fields: Record<string, fc.Arbitrary<unknown>>): fc.Arbitrary<Resource> {
-  return fc
-    .record({ id: pick(resourceIds), meta, ...fields }, { requiredKeys: [] })
-    .map((value): Resource => ({ resourceType, ...value }));
+  return fc.record({ id: pick(resourceIds), meta, ...fields }, { requiredKeys: [] }).map((value): Resource => ({ resourceType, ...value }));
 }
 
 /** One of the choice element's typed names ("deceasedBoolean", "deceasedDateTime"), or none. */
 function choice(name: string, types: Record<string, fc.Arbitrary<unknown>>): fc.Arbitrary<Record<string, unknown>> {
-  return fc.oneof(
-    fc.constant({}),
-    ...Object.entries(types).map(([type, arbitrary]) => arbitrary.map((value) => ({ [`${name}${type}`]: value }))),
-  );
+  return fc.oneof(fc.constant({}), ...Object.entries(types).map(([type, arbitrary]) => arbitrary.map((value) => ({ [`${name}${type}`]: value }))));
 }
 
 const withChoices = <T extends Record<string, unknown>>(base: fc.Arbitrary<T>, ...choices: fc.Arbitrary<Record<string, unknown>>[]) =>
@@ -307,7 +349,15 @@ const searchText = fc
     const start = cut === 'infix' ? a % chars.length : 0;
     const end = cut === 'whole' ? chars.length : start + 1 + (b % (chars.length - start));
     const part = chars.slice(start, end).join('');
-    return casing === 'upper' ? part.toUpperCase() : casing === 'lower' ? part.toLowerCase() : casing === 'no-accents' ? accents(part) : casing === 'nfc' ? part.normalize('NFC') : part;
+    return casing === 'upper'
+      ? part.toUpperCase()
+      : casing === 'lower'
+        ? part.toLowerCase()
+        : casing === 'no-accents'
+          ? accents(part)
+          : casing === 'nfc'
+            ? part.normalize('NFC')
+            : part;
   })
   .filter((value) => value.length > 0);
 
@@ -326,7 +376,21 @@ const searchDate = fc.oneof(
   fc
     .tuple(
       pick(days),
-      pick(['00:00', '23:59', '12:00', '00:30', '01:00', '00:00:00', '23:59:59', '00:00:01', '23:59:59.999999', '00:00:00.5', '00:00:00.000001', '12:00:00.25', '00:00:00.0']),
+      pick([
+        '00:00',
+        '23:59',
+        '12:00',
+        '00:30',
+        '01:00',
+        '00:00:00',
+        '23:59:59',
+        '00:00:01',
+        '23:59:59.999999',
+        '00:00:00.5',
+        '00:00:00.000001',
+        '12:00:00.25',
+        '00:00:00.0',
+      ]),
       pick(['', 'Z', '+01:00', '-01:00', '+00:00']),
     )
     .map(([day, time, zone]) => `${day}T${time}${zone}`),
@@ -392,8 +456,7 @@ function componentValue(component: Parameter): fc.Arbitrary<string> {
 /** One `name[:modifier]=value[,value]` clause and what it covers. */
 type Clause = { text: string; covers: string[] };
 
-const orValues = (value: fc.Arbitrary<string>) =>
-  fc.array(value.chain(encode), { minLength: 1, maxLength: 3 }).map((values) => values.join(','));
+const orValues = (value: fc.Arbitrary<string>) => fc.array(value.chain(encode), { minLength: 1, maxLength: 3 }).map((values) => values.join(','));
 
 function clause(parameter: Parameter): fc.Arbitrary<Clause> {
   const { code: name, type } = parameter;
@@ -414,7 +477,12 @@ function clause(parameter: Parameter): fc.Arbitrary<Clause> {
         covers: ['composite:', `parameter:${name}`],
       }));
     case 'token':
-      if (name === '_id') return fc.oneof({ weight: 4, arbitrary: plain(pick(resourceIds)) }, { weight: 1, arbitrary: plain(pick(resourceIds), 'not') }, { weight: 1, arbitrary: missing });
+      if (name === '_id')
+        return fc.oneof(
+          { weight: 4, arbitrary: plain(pick(resourceIds)) },
+          { weight: 1, arbitrary: plain(pick(resourceIds), 'not') },
+          { weight: 1, arbitrary: missing },
+        );
       return fc.oneof(
         { weight: 5, arbitrary: plain(tokenValue) },
         { weight: 2, arbitrary: plain(tokenValue, 'not') },
@@ -469,14 +537,15 @@ function clause(parameter: Parameter): fc.Arbitrary<Clause> {
 function query(parameters: Parameter[], maxClauses = 3): fc.Arbitrary<{ query: string; covers: string[] }> {
   // Half the picks by parameter type first, so that a type with one parameter (Encounter's quantity) is not starved.
   const types = [...new Set(parameters.map((parameter) => parameter.type))];
-  const parameter = fc.oneof(pick(parameters), pick(types).chain((type) => pick(parameters.filter((candidate) => candidate.type === type))));
-  return fc
-    .array(parameter.chain(clause), { minLength: 1, maxLength: maxClauses })
-    .map((clauses) => {
-      const names = clauses.map((part) => part.text.replace(/[:=].*$/, ''));
-      const repeated = new Set(names).size < names.length ? ['repeated parameter'] : [];
-      return { query: clauses.map((part) => part.text).join('&'), covers: [...clauses.flatMap((part) => part.covers), ...repeated] };
-    });
+  const parameter = fc.oneof(
+    pick(parameters),
+    pick(types).chain((type) => pick(parameters.filter((candidate) => candidate.type === type))),
+  );
+  return fc.array(parameter.chain(clause), { minLength: 1, maxLength: maxClauses }).map((clauses) => {
+    const names = clauses.map((part) => part.text.replace(/[:=].*$/, ''));
+    const repeated = new Set(names).size < names.length ? ['repeated parameter'] : [];
+    return { query: clauses.map((part) => part.text).join('&'), covers: [...clauses.flatMap((part) => part.covers), ...repeated] };
+  });
 }
 
 // --- the properties ----------------------------------------------------------------
@@ -597,7 +666,10 @@ describe('the compiled jsonpath predicate selects what the FHIRPath oracle selec
       console.log(`${resourceType}: ${total} cases, ${someButNotAll} selecting some but not all resources`);
       expect(expectedCoverage(supported).filter((cover) => !covered.has(cover))).toEqual([]);
       for (const [type, wanted] of Object.entries(expectedValueTypes[resourceType] ?? {})) {
-        expect(wanted.filter((valueType) => !valueTypes.get(type)?.has(valueType)), `${resourceType} ${type} values`).toEqual([]);
+        expect(
+          wanted.filter((valueType) => !valueTypes.get(type)?.has(valueType)),
+          `${resourceType} ${type} values`,
+        ).toEqual([]);
       }
       expect(someButNotAll / total).toBeGreaterThan(0.12);
     });
@@ -831,13 +903,22 @@ describe('the notification trigger, with and without match terms, notifies what 
             }
             const documents = batch.map((item, index) => ({ ...item, id: `r${index}` }));
             const filler = bulk ? Array.from({ length: 101 }, (_, index) => ({ resourceType: 'Basic', id: `filler${index}`, code: { text: 'filler' } })) : [];
-            await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [[...documents, ...filler].map((item) => JSON.stringify(item))]);
+            await database.pool.query('INSERT INTO fhir.resources (content) SELECT unnest($1::jsonb[])', [
+              [...documents, ...filler].map((item) => JSON.stringify(item)),
+            ]);
             const { rows } = await database.pool.query<{ subscription_id: string; resource_id: string }>(
               'SELECT subscription_id, resource_id FROM webhook.subscription_events',
             );
-            const notifiedOf = (id: string) => rows.filter((row) => row.subscription_id === id).map((row) => row.resource_id).sort();
+            const notifiedOf = (id: string) =>
+              rows
+                .filter((row) => row.subscription_id === id)
+                .map((row) => row.resource_id)
+                .sort();
             for (const { criteria, indexed, unindexed } of twins) {
-              const { rows: stored } = await database.pool.query<{ content: Resource }>('SELECT content FROM fhir.resources WHERE resource_type = $1 ORDER BY id', [resourceType]);
+              const { rows: stored } = await database.pool.query<{ content: Resource }>(
+                'SELECT content FROM fhir.resources WHERE resource_type = $1 ORDER BY id',
+                [resourceType],
+              );
               const expected = stored
                 .map((row) => row.content)
                 .filter((content) => matchesSearch(content, resourceType, criteria.slice(resourceType.length + 1)))
@@ -867,11 +948,15 @@ describe('the notification trigger, with and without match terms, notifies what 
  * chain's targets), against the oracle judging over the stored resources.
  */
 describe('chained parameters and _has select what the oracle selects, in search and in criteria', () => {
-  const patients = fc.array(resources.Patient!, { minLength: 1, maxLength: 4 }).map((list) => list.map((patient, index) => ({ ...patient, id: referenceIds[index]! })));
+  const patients = fc
+    .array(resources.Patient!, { minLength: 1, maxLength: 4 })
+    .map((list) => list.map((patient, index) => ({ ...patient, id: referenceIds[index]! })));
   // Mostly about one of those Patients, so that chains have somewhere to go.
   const observations = fc
     .array(fc.tuple(resources.Observation!, fc.option(pick(referenceIds), { freq: 5 })), { minLength: 1, maxLength: 6 })
-    .map((list) => list.map(([item, patient], index) => ({ ...item, id: `o${index}`, ...(patient === null ? {} : { subject: { reference: `Patient/${patient}` } }) })));
+    .map((list) =>
+      list.map(([item, patient], index) => ({ ...item, id: `o${index}`, ...(patient === null ? {} : { subject: { reference: `Patient/${patient}` } }) })),
+    );
   const patientClauses = parametersOf('Patient').supported.filter((parameter) => parameter.type !== 'composite');
   const observationClauses = parametersOf('Observation').supported.filter((parameter) => parameter.type !== 'composite');
   const chainKey = pick(['patient', 'subject:Patient']);
@@ -888,7 +973,14 @@ describe('chained parameters and _has select what the oracle selects, in search 
       `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, related_match, endpoint,
          headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
        VALUES ('active', $1, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-') RETURNING id`,
-      [criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted, compiled.relatedMatch === null ? null : JSON.stringify(compiled.relatedMatch)],
+      [
+        criteria,
+        compiled.resourceType,
+        JSON.stringify(compiled),
+        compiled.match,
+        compiled.matchDeleted,
+        compiled.relatedMatch === null ? null : JSON.stringify(compiled.relatedMatch),
+      ],
     );
     await write();
     const { rows: events } = await database.pool.query<{ resource_id: string }>(

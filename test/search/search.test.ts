@@ -67,8 +67,8 @@ describe('REST search', () => {
       expect(matched.length).toBeLessThanOrEqual(2);
       // Each page includes exactly the patients of its own appointments.
       const expectedPatients = new Set(
-        bundle.entry!
-          .filter((entry) => entry.search.mode === 'match')
+        bundle
+          .entry!.filter((entry) => entry.search.mode === 'match')
           .map((entry) => (entry.resource as unknown as { participant: { actor: { reference: string } }[] }).participant[0]!.actor.reference),
       );
       expect(new Set(keys(bundle.entry, 'include'))).toEqual(expectedPatients);
@@ -83,7 +83,11 @@ describe('REST search', () => {
 
   it('keeps pages stable when resources are created between them', async () => {
     const first = await search('/Appointment?_count=2');
-    await t.fhir('POST', '/Appointment', { resourceType: 'Appointment', status: 'proposed', participant: [{ actor: { reference: 'Patient/bob' }, status: 'needs-action' }] });
+    await t.fhir('POST', '/Appointment', {
+      resourceType: 'Appointment',
+      status: 'proposed',
+      participant: [{ actor: { reference: 'Patient/bob' }, status: 'needs-action' }],
+    });
     const next = first.link.find((link) => link.relation === 'next')!.url.replace(serviceBase, '');
     const second = await search(next);
     expect(keys(second.entry, 'match')).toEqual([`Appointment/${ids.appointment2}`, `Appointment/${ids.appointment3}`]);
@@ -171,7 +175,8 @@ describe('REST search', () => {
   it('pages forward and back: a page reached by a token has previous, and previous leads back to the same page', async () => {
     const first = await search('/Patient?_count=1&_sort=_id');
     expect(first.link.map((link: { relation: string }) => link.relation)).toEqual(['self', 'next']);
-    const url = (bundle: { link: { relation: string; url: string }[] }, relation: string) => bundle.link.find((link) => link.relation === relation)!.url.replace(serviceBase, '');
+    const url = (bundle: { link: { relation: string; url: string }[] }, relation: string) =>
+      bundle.link.find((link) => link.relation === relation)!.url.replace(serviceBase, '');
     const second = await search(url(first, 'next'));
     expect(second.link.map((link: { relation: string }) => link.relation)).toEqual(expect.arrayContaining(['self', 'previous']));
     const back = await search(url(second, 'previous'));
@@ -238,7 +243,15 @@ describe('criteria compiled for subscriptions', () => {
     expect(compiled.matchDeleted).not.toContain('"start"');
     expect(compiled.include).toEqual([{ sourceType: 'Appointment', parameter: 'patient', iterate: false }]);
     expect(compileCriteria('Appointment?date=ge2026-01-01').matchDeleted).toBeNull();
-    expect(compileCriteria('Appointment')).toEqual({ resourceType: 'Appointment', match: null, matchDeleted: null, relatedMatch: null, matchTerms: null, include: [], revinclude: [] });
+    expect(compileCriteria('Appointment')).toEqual({
+      resourceType: 'Appointment',
+      match: null,
+      matchDeleted: null,
+      relatedMatch: null,
+      matchTerms: null,
+      include: [],
+      revinclude: [],
+    });
   });
 
   it('evaluates the compiled predicates in SQL against the current content', async () => {
@@ -284,7 +297,7 @@ describe('OR-lists: each alternative is bounded, and the number of them, and the
     expect(keys((await search(`/Patient?${query}`)).entry, 'match').sort()).toEqual(uuids.map((id) => `Patient/${id}`).sort());
   });
 
-  it('takes 51 alternatives of 200 characters on name (HAPI\'s matcher case) and finds the patient one of them names', async () => {
+  it("takes 51 alternatives of 200 characters on name (HAPI's matcher case) and finds the patient one of them names", async () => {
     const names = Array.from({ length: 51 }, randomName);
     await t.fhir('PUT', '/Patient/long-name', { resourceType: 'Patient', id: 'long-name', name: [{ family: names[25] }] });
     const bundle = await search(`/Patient?name=${names.join(',')}`);

@@ -47,14 +47,18 @@ describe('starting the service on a shared database', () => {
 
 describe('stopping the service', () => {
   it('exits promptly after it logs stopped on SIGTERM (nothing holds the event loop)', { timeout: 60_000 }, async () => {
-    const service = startCommand(process.execPath, [cliEntry, 'serve'], childEnvironment({
-      DATABASE_URL: database.url,
-      PORT: String(await freePort()),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'info',
-      BOOTSTRAP_API_KEY: 'bootstrap-key-0123456789',
-      SECRETS_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64'),
-    }));
+    const service = startCommand(
+      process.execPath,
+      [cliEntry, 'serve'],
+      childEnvironment({
+        DATABASE_URL: database.url,
+        PORT: String(await freePort()),
+        HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+        BOOTSTRAP_API_KEY: 'bootstrap-key-0123456789',
+        SECRETS_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64'),
+      }),
+    );
     await service.waitFor(/Listening on/);
     service.interrupt('SIGTERM');
     await service.waitFor(/"msg":"stopped"/);

@@ -44,7 +44,10 @@ async function leftoversOf(childTmp: string): Promise<string[]> {
   const name = path.basename(childTmp);
   const folders = (await readdir(childTmp)).filter((entry) => entry.startsWith('fhir-webhooks-pg-'));
   const staged = existsSync('/var/lib/fhir-webhooks') ? (await readdir('/var/lib/fhir-webhooks')).filter((entry) => entry.startsWith(`${name}-`)) : [];
-  const servers = execFileSync('ps', ['-eo', 'args']).toString().split('\n').filter((line) => line.includes('postgres') && line.includes(name));
+  const servers = execFileSync('ps', ['-eo', 'args'])
+    .toString()
+    .split('\n')
+    .filter((line) => line.includes('postgres') && line.includes(name));
   return [...folders, ...staged, ...servers];
 }
 

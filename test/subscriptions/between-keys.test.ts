@@ -109,14 +109,16 @@ describe('the same criteria for two keys', () => {
     expect((await as('admin', 'GET', `/Subscription/${alices}`)).statusCode).toBe(200);
   });
 
-  it('an operator switches a client\'s off by its id (subscriptions switch-off)', async () => {
+  it("an operator switches a client's off by its id (subscriptions switch-off)", async () => {
     const environment = childEnvironment({ DATABASE_URL: stack.t.database.url, LOG_LEVEL: 'warn' });
     const run = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', alices], environment);
     expect(run.output).toBe(`Switched subscription ${alices} off (it was active).\n`);
     expect(run.exitCode).toBe(0);
     const read = (await as('alice', 'GET', `/Subscription/${alices}`)).json().resource;
     expect(read).toMatchObject({ status: 'off', end: expect.any(String) });
-    expect((await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', alices], environment)).output).toBe(`Subscription ${alices} was off already.\n`);
+    expect((await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', alices], environment)).output).toBe(
+      `Subscription ${alices} was off already.\n`,
+    );
     const unknown = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'switch-off', '00000000-0000-4000-8000-000000000000'], environment);
     expect(unknown.exitCode).toBe(1);
   });
@@ -148,7 +150,10 @@ describe('supersession is per key', () => {
     await writePatient('Replaced');
     await untilStatus(stack.t, first, 'error');
     const second = await subscribeAs('alice', 'Patient?family=Replaced', alicesReceiver.url);
-    const { rows } = await stack.t.database.pool.query('SELECT webhook.subscription_is_superseded($1) AS first, webhook.subscription_is_superseded($2) AS second', [first, second]);
+    const { rows } = await stack.t.database.pool.query(
+      'SELECT webhook.subscription_is_superseded($1) AS first, webhook.subscription_is_superseded($2) AS second',
+      [first, second],
+    );
     expect(rows[0]).toEqual({ first: true, second: false });
   });
 });
@@ -160,7 +165,11 @@ describe('a topic-based websocket subscription for two keys', () => {
     status: 'requested',
     reason: 'Finished encounters, to the ward board',
     criteria: exampleTopicUrl,
-    channel: { type: 'websocket', payload: 'application/fhir+json', _payload: { extension: [{ url: `${backportIg}/backport-payload-content`, valueCode: 'id-only' }] } },
+    channel: {
+      type: 'websocket',
+      payload: 'application/fhir+json',
+      _payload: { extension: [{ url: `${backportIg}/backport-payload-content`, valueCode: 'id-only' }] },
+    },
   };
 
   it("a second client's is created, not refused for the first's", async () => {
@@ -173,7 +182,7 @@ describe('a topic-based websocket subscription for two keys', () => {
 });
 
 describe('keys made without naming scopes', () => {
-  it('are a client\'s (read, write), in code and in the table alike', async () => {
+  it("are a client's (read, write), in code and in the table alike", async () => {
     const made = await createApiKey(stack.t.database.db, 'made by code');
     const { rows } = await stack.t.database.pool.query(
       `WITH inserted AS (INSERT INTO webhook.api_keys (name, key_sha256) VALUES ('inserted by SQL', repeat('a', 64)) RETURNING scopes)
@@ -186,7 +195,10 @@ describe('keys made without naming scopes', () => {
   it("an old key holding admin becomes a client's with api-key set-scopes, keeping its own subscriptions", async () => {
     const old = await createApiKey(stack.t.database.db, 'made before scopes', ['read', 'write', 'admin']);
     const mine = (await stack.t.fhir('POST', '/Subscription', restHook('Patient?family=Old', 'http://127.0.0.1:9/hook'), { 'x-api-key': old.key })).json().id;
-    const search = async () => (await stack.t.fhir('GET', '/Subscription?_count=1000', undefined, { 'x-api-key': old.key })).json().entry.map((entry: { resource: { id: string } }) => entry.resource.id);
+    const search = async () =>
+      (await stack.t.fhir('GET', '/Subscription?_count=1000', undefined, { 'x-api-key': old.key }))
+        .json()
+        .entry.map((entry: { resource: { id: string } }) => entry.resource.id);
     expect((await search()).length).toBeGreaterThan(1);
     const environment = childEnvironment({ DATABASE_URL: stack.t.database.url, LOG_LEVEL: 'warn' });
     const run = await runCommand(process.execPath, [cliEntry, 'api-key', 'set-scopes', old.id, 'read,write'], environment);

@@ -59,7 +59,8 @@ const backoffOf = async (id: string) =>
       [id],
     )
   ).rows[0]!;
-const holdEventsBack = (id: string) => t.database.pool.query(`UPDATE webhook.subscriptions SET reactivation_not_before = now() + interval '1 hour' WHERE id = $1`, [id]);
+const holdEventsBack = (id: string) =>
+  t.database.pool.query(`UPDATE webhook.subscriptions SET reactivation_not_before = now() + interval '1 hour' WHERE id = $1`, [id]);
 
 /**
  * A topic-based subscription (id-only) on the encounters of Patient/`patientId`, to `endpoint`, active;
@@ -73,13 +74,24 @@ async function encountersOf(patientId: string, endpoint: Receiver): Promise<{ id
     reason: 'Encounters that became finished',
     criteria: 'http://example.org/topics/encounter-complete',
     _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patientId}` }] },
-    channel: { type: 'rest-hook', endpoint: endpoint.url, payload: 'application/fhir+json', _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] } },
+    channel: {
+      type: 'rest-hook',
+      endpoint: endpoint.url,
+      payload: 'application/fhir+json',
+      _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+    },
   });
   expect(created.statusCode, created.body).toBe(201);
   const { id } = created.json<{ id: string }>();
   await untilStatus(t, id, 'active');
   const finished = (encounter: string) =>
-    t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: `Patient/${patientId}` } });
+    t.fhir('PUT', `/Encounter/${encounter}`, {
+      resourceType: 'Encounter',
+      id: encounter,
+      status: 'finished',
+      class: { code: 'AMB' },
+      subject: { reference: `Patient/${patientId}` },
+    });
   return { id, finished };
 }
 
@@ -89,7 +101,13 @@ async function inError(family: string, options: { headers?: Record<string, strin
   const response = await t.fhir(
     'POST',
     '/Subscription',
-    { resourceType: 'Subscription', status: 'requested', criteria: `Patient?family=${family}`, reason: 'test', channel: { type: 'rest-hook', endpoint: endpoint.url, header: ['secret: top-secret'] } },
+    {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: `Patient?family=${family}`,
+      reason: 'test',
+      channel: { type: 'rest-hook', endpoint: endpoint.url, header: ['secret: top-secret'] },
+    },
     options.headers,
   );
   expect(response.statusCode, response.body).toBe(201);
@@ -102,7 +120,7 @@ async function inError(family: string, options: { headers?: Record<string, strin
 }
 
 describe('POST /Subscription/{id}/$reactivate', () => {
-  it('sends the handshake now, not held by the backoff; on 2xx the subscription is active as after an event, the handshake recorded as an event\'s, and the event it missed is not sent', async () => {
+  it("sends the handshake now, not held by the backoff; on 2xx the subscription is active as after an event, the handshake recorded as an event's, and the event it missed is not sent", async () => {
     const { id, endpoint } = await inError('Mended');
     // While it is in error, an event: its reactivation handshake fails (the receiver is still down) and is not sent.
     const missed = await patient('Mended');
@@ -127,12 +145,28 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     expect(handshake.json).toMatchObject({
       resourceType: 'Bundle',
       type: 'history',
-      entry: [{ resource: { resourceType: 'SubscriptionStatus', type: 'handshake', status: 'error', subscription: { reference: `${serviceBase}/Subscription/${id}` } } }],
+      entry: [
+        {
+          resource: {
+            resourceType: 'SubscriptionStatus',
+            type: 'handshake',
+            status: 'error',
+            subscription: { reference: `${serviceBase}/Subscription/${id}` },
+          },
+        },
+      ],
     });
     expect(handshake.headers.secret).toBe('top-secret');
     expect(await verify('top-secret', handshake.body.toString('utf8'), handshake.headers['x-hub-signature'] as string)).toBe(true);
     // Recorded as an event's reactivation handshake is, without an event; the same change: active, failures reset.
-    expect((await attemptsOf(t, id)).at(-1)).toMatchObject({ kind: 'handshake', attempt: 1, outcome: 'delivered', http_status: 200, error: null, resource_id: null });
+    expect((await attemptsOf(t, id)).at(-1)).toMatchObject({
+      kind: 'handshake',
+      attempt: 1,
+      outcome: 'delivered',
+      http_status: 200,
+      error: null,
+      resource_id: null,
+    });
     expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
     // As after an event's reactivation, the run of deactivations ends at a delivery, not at the handshake; the failed handshake did not add to it.
     expect((await backoffOf(id)).deactivations).toBe(1);
@@ -171,7 +205,10 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     const { id } = await subscribe(t, 'Patient?family=NotInError', endpoint.url);
     const requested = await reactivate(id);
     expect(requested.statusCode).toBe(409);
-    expect(requested.json().issue[0]).toMatchObject({ code: 'conflict', details: { text: expect.stringMatching(new RegExp(`^Subscription/${id} is requested: `)) } });
+    expect(requested.json().issue[0]).toMatchObject({
+      code: 'conflict',
+      details: { text: expect.stringMatching(new RegExp(`^Subscription/${id} is requested: `)) },
+    });
     await untilStatus(t, id, 'active');
     const calls = endpoint.calls.length;
 
@@ -229,10 +266,13 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     expect(own.json()).toMatchObject({ id, status: 'active' });
   });
 
-  it('takes no parameters (400 in the spec\'s refusal format), an empty Parameters body being none, and only by POST (405)', async () => {
+  it("takes no parameters (400 in the spec's refusal format), an empty Parameters body being none, and only by POST (405)", async () => {
     const { id, endpoint } = await inError('NoParameters');
     endpoint.answer = () => ({ status: 200 });
-    const withParameter = await t.fhir('POST', `/Subscription/${id}/$reactivate`, { resourceType: 'Parameters', parameter: [{ name: 'force', valueBoolean: true }] });
+    const withParameter = await t.fhir('POST', `/Subscription/${id}/$reactivate`, {
+      resourceType: 'Parameters',
+      parameter: [{ name: 'force', valueBoolean: true }],
+    });
     expect(withParameter.statusCode).toBe(400);
     expect(withParameter.json().issue[0]).toEqual({
       severity: 'error',
@@ -275,7 +315,10 @@ describe('POST /Subscription/{id}/$reactivate', () => {
     expect(endpoint.calls).toHaveLength(before + 1);
     const fetched = (await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=2&eventsUntilNumber=3`)).json<Json>();
     expect(eventNumbers(fetched)).toEqual([2, 3]);
-    expect(fetched.entry.slice(1).map((entry: Json) => entry.fullUrl)).toEqual([`${serviceBase}/Encounter/on-demand-2`, `${serviceBase}/Encounter/on-demand-3`]);
+    expect(fetched.entry.slice(1).map((entry: Json) => entry.fullUrl)).toEqual([
+      `${serviceBase}/Encounter/on-demand-2`,
+      `${serviceBase}/Encounter/on-demand-3`,
+    ]);
     // The next event is sent, numbered after them.
     await finished('on-demand-4');
     const [notification] = await waitFor(() => (endpoint.calls.length > before + 1 ? endpoint.calls.slice(before + 1) : undefined));
@@ -361,7 +404,9 @@ describe('one reactivation handshake per subscription at a time (issue 33)', () 
     await Promise.all(Array.from({ length: 12 }, (_, index) => finished(`burst-${index + 1}`)));
     await untilStatus(t, id, 'active');
     // The jobs of the writes that came while the handshake was in flight have run by now.
-    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined));
+    await waitFor(async () =>
+      (await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined,
+    );
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(endpoint.calls.filter(isTopicHandshake).length - handshakesBefore).toBe(1);
     expect(receiving.mostAtOnce()).toBe(1);
@@ -376,7 +421,9 @@ describe('one reactivation handshake per subscription at a time (issue 33)', () 
       Promise.all(Array.from({ length: 12 }, (_, index) => finished(`down-${index + 1}`))),
     ]);
     expect(requests.map((response) => response.statusCode)).toEqual([502, 502]);
-    await waitFor(async () => ((await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined));
+    await waitFor(async () =>
+      (await t.database.pool.query(`SELECT 1 FROM graphile_worker.jobs WHERE key = $1`, [`reactivate:${id}`])).rowCount === 0 ? true : undefined,
+    );
     await new Promise((resolve) => setTimeout(resolve, 500));
     // Each request's, and the events': several handshakes, never two at once.
     expect(endpoint.calls.filter(isTopicHandshake).length - handshakesBefore).toBeGreaterThanOrEqual(3);
@@ -386,47 +433,58 @@ describe('one reactivation handshake per subscription at a time (issue 33)', () 
 });
 
 describe('a receiver that was down, and one that flaps (issue 33)', () => {
-  const failedHandshakes = async (id: string) => (await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake' && attempt.outcome === 'failed').length;
+  const failedHandshakes = async (id: string) =>
+    (await attemptsOf(t, id)).filter((attempt) => attempt.kind === 'handshake' && attempt.outcome === 'failed').length;
 
-  it('a subscriber whose handshakes failed several times is reactivated by the first event after its receiver recovers; a flapping one still backs off', { timeout: 60_000 }, async () => {
-    // Down: every call refused, handshakes included. Each event while it is in error sends the handshake again.
-    const { id: down, endpoint: downEndpoint } = await inError('Outage');
-    for (let failed = 1; failed <= 4; failed++) {
-      await patient('Outage');
-      await waitFor(async () => ((await failedHandshakes(down)) === failed ? true : undefined), 5_000, `failed handshake ${failed}`);
-    }
-    // Failed handshakes are not flapping: no wait before the next event may reactivate it.
-    expect(await backoffOf(down)).toEqual({ deactivations: 1, notBefore: expect.any(Date) });
-    expect((await backoffOf(down)).notBefore!.getTime()).toBeLessThanOrEqual(Date.now());
-    // Recovered: the first event reactivates it and is delivered.
-    downEndpoint.answer = () => ({ status: 200 });
-    const first = await patient('Outage');
-    await waitFor(() => (downEndpoint.calls.some((call) => call.json.id === first.id) ? true : undefined), 5_000, 'the first event after the recovery');
-    expect(await statusOf(t, down)).toEqual({ status: 'active', error: null, failure_count: 0 });
+  it(
+    'a subscriber whose handshakes failed several times is reactivated by the first event after its receiver recovers; a flapping one still backs off',
+    { timeout: 60_000 },
+    async () => {
+      // Down: every call refused, handshakes included. Each event while it is in error sends the handshake again.
+      const { id: down, endpoint: downEndpoint } = await inError('Outage');
+      for (let failed = 1; failed <= 4; failed++) {
+        await patient('Outage');
+        await waitFor(async () => ((await failedHandshakes(down)) === failed ? true : undefined), 5_000, `failed handshake ${failed}`);
+      }
+      // Failed handshakes are not flapping: no wait before the next event may reactivate it.
+      expect(await backoffOf(down)).toEqual({ deactivations: 1, notBefore: expect.any(Date) });
+      expect((await backoffOf(down)).notBefore!.getTime()).toBeLessThanOrEqual(Date.now());
+      // Recovered: the first event reactivates it and is delivered.
+      downEndpoint.answer = () => ({ status: 200 });
+      const first = await patient('Outage');
+      await waitFor(() => (downEndpoint.calls.some((call) => call.json.id === first.id) ? true : undefined), 5_000, 'the first event after the recovery');
+      expect(await statusOf(t, down)).toEqual({ status: 'active', error: null, failure_count: 0 });
 
-    // Flapping: its handshakes pass, its notifications fail. Deactivated twice in a row: the events of the next second leave it in error.
-    const flapping = await receiver();
-    flapping.answer = (call) => ({ status: isHandshake(call) ? 200 : 503 });
-    const { id: flapper } = await subscribe(t, 'Patient?family=Flapper', flapping.url);
-    await untilStatus(t, flapper, 'active');
-    await patient('Flapper');
-    await untilStatus(t, flapper, 'error');
-    await patient('Flapper');
-    await waitFor(async () => ((await backoffOf(flapper)).deactivations === 2 ? true : undefined), 5_000, 'a second deactivation');
-    const handshakes = flapping.calls.filter(isHandshake).length;
-    await patient('Flapper');
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(flapping.calls.filter(isHandshake)).toHaveLength(handshakes);
-    expect((await statusOf(t, flapper)).status).toBe('error');
-    expect((await backoffOf(flapper)).notBefore!.getTime()).toBeGreaterThan(Date.now());
+      // Flapping: its handshakes pass, its notifications fail. Deactivated twice in a row: the events of the next second leave it in error.
+      const flapping = await receiver();
+      flapping.answer = (call) => ({ status: isHandshake(call) ? 200 : 503 });
+      const { id: flapper } = await subscribe(t, 'Patient?family=Flapper', flapping.url);
+      await untilStatus(t, flapper, 'active');
+      await patient('Flapper');
+      await untilStatus(t, flapper, 'error');
+      await patient('Flapper');
+      await waitFor(async () => ((await backoffOf(flapper)).deactivations === 2 ? true : undefined), 5_000, 'a second deactivation');
+      const handshakes = flapping.calls.filter(isHandshake).length;
+      await patient('Flapper');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(flapping.calls.filter(isHandshake)).toHaveLength(handshakes);
+      expect((await statusOf(t, flapper)).status).toBe('error');
+      expect((await backoffOf(flapper)).notBefore!.getTime()).toBeGreaterThan(Date.now());
 
-    // subscriptions show says when an event may reactivate it next (held back for longer than the command takes to start).
-    await holdEventsBack(flapper);
-    const { notBefore } = await backoffOf(flapper);
-    const shown = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'show', flapper], childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }));
-    expect(shown.exitCode, shown.output).toBe(0);
-    expect(shown.output).toContain(`\n  next      an event from ${notBefore!.toISOString()} on may reactivate it (flapping: 2 deactivations in a row without a delivery)\n`);
-  });
+      // subscriptions show says when an event may reactivate it next (held back for longer than the command takes to start).
+      await holdEventsBack(flapper);
+      const { notBefore } = await backoffOf(flapper);
+      const shown = await runCommand(
+        process.execPath,
+        [cliEntry, 'subscriptions', 'show', flapper],
+        childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' }),
+      );
+      expect(shown.exitCode, shown.output).toBe(0);
+      expect(shown.output).toContain(
+        `\n  next      an event from ${notBefore!.toISOString()} on may reactivate it (flapping: 2 deactivations in a row without a delivery)\n`,
+      );
+    },
+  );
 });
 
 describe.skipIf(chromiumMissing)("the console's Reactivate button (Debian's chromium)", () => {
@@ -442,40 +500,46 @@ describe.skipIf(chromiumMissing)("the console's Reactivate button (Debian's chro
     await browser?.close();
   });
 
-  it('is on a subscription in error only; a click sends the handshake and says what became of it: still in error with why, or active', { timeout: 60_000 }, async () => {
-    const { id, endpoint } = await inError('Console');
-    const healthy = await receiver();
-    const { id: active } = await subscribe(t, 'Patient?family=ConsoleActive', healthy.url);
-    await untilStatus(t, active, 'active');
-    const operator = (await createApiKey(t.database.db, 'console operator', ['read', 'write', 'admin'])).key;
-    const page = await browser.newPage();
-    const errors: string[] = [];
-    page.on('pageerror', (error) => errors.push(error.message));
-    page.on('console', (message) => (message.type() === 'error' ? errors.push(message.text()) : undefined));
-    await page.goto(consoleUrl);
-    await page.fill('#key', operator);
-    await page.click('button[type=submit]');
-    const row = page.locator('#subscriptions tbody tr', { hasText: id });
-    await expect.poll(() => row.locator('.status').textContent()).toBe('error');
-    expect(await page.locator('#subscriptions tbody tr', { hasText: active }).locator('button.reactivate').count()).toBe(0);
+  it(
+    'is on a subscription in error only; a click sends the handshake and says what became of it: still in error with why, or active',
+    { timeout: 60_000 },
+    async () => {
+      const { id, endpoint } = await inError('Console');
+      const healthy = await receiver();
+      const { id: active } = await subscribe(t, 'Patient?family=ConsoleActive', healthy.url);
+      await untilStatus(t, active, 'active');
+      const operator = (await createApiKey(t.database.db, 'console operator', ['read', 'write', 'admin'])).key;
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+      page.on('console', (message) => (message.type() === 'error' ? errors.push(message.text()) : undefined));
+      await page.goto(consoleUrl);
+      await page.fill('#key', operator);
+      await page.click('button[type=submit]');
+      const row = page.locator('#subscriptions tbody tr', { hasText: id });
+      await expect.poll(() => row.locator('.status').textContent()).toBe('error');
+      expect(await page.locator('#subscriptions tbody tr', { hasText: active }).locator('button.reactivate').count()).toBe(0);
 
-    // The receiver still down: refused, with the reason; still in error.
-    await row.locator('button.reactivate').click();
-    await expect.poll(() => page.textContent('#reactivate-result')).toBe(`Not reactivated: Subscription/${id} was not reactivated. Reactivation handshake failed: HTTP 503 from ${endpoint.url}`);
-    expect((await statusOf(t, id)).status).toBe('error');
-    // The click did not open the row (its own click does).
-    expect(await page.isVisible('#detail')).toBe(false);
+      // The receiver still down: refused, with the reason; still in error.
+      await row.locator('button.reactivate').click();
+      await expect
+        .poll(() => page.textContent('#reactivate-result'))
+        .toBe(`Not reactivated: Subscription/${id} was not reactivated. Reactivation handshake failed: HTTP 503 from ${endpoint.url}`);
+      expect((await statusOf(t, id)).status).toBe('error');
+      // The click did not open the row (its own click does).
+      expect(await page.isVisible('#detail')).toBe(false);
 
-    // Fixed: reactivated, shown active, and the button gone.
-    endpoint.answer = () => ({ status: 200 });
-    await row.locator('button.reactivate').click();
-    await expect.poll(() => page.textContent('#reactivate-result')).toBe(`Reactivated ${id}: it is active`);
-    await expect.poll(() => row.locator('.status').textContent()).toBe('active');
-    expect(await row.locator('button.reactivate').count()).toBe(0);
-    expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
-    expect(endpoint.calls.filter(isHandshake)).toHaveLength(3);
-    // The browser logs the refused request itself (502); the page's script threw nothing.
-    expect(errors.filter((error) => !error.includes('status of 502'))).toEqual([]);
-    await page.close();
-  });
+      // Fixed: reactivated, shown active, and the button gone.
+      endpoint.answer = () => ({ status: 200 });
+      await row.locator('button.reactivate').click();
+      await expect.poll(() => page.textContent('#reactivate-result')).toBe(`Reactivated ${id}: it is active`);
+      await expect.poll(() => row.locator('.status').textContent()).toBe('active');
+      expect(await row.locator('button.reactivate').count()).toBe(0);
+      expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
+      expect(endpoint.calls.filter(isHandshake)).toHaveLength(3);
+      // The browser logs the refused request itself (502); the page's script threw nothing.
+      expect(errors.filter((error) => !error.includes('status of 502'))).toEqual([]);
+      await page.close();
+    },
+  );
 });

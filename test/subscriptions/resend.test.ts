@@ -26,7 +26,13 @@ const receivers: Receiver[] = [];
 beforeAll(async () => {
   t = await startTestApp();
   workers = await startWorkers(
-    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', WEBHOOK_STANDARD_SIGNATURES: 'true', DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_MAX_FAILURES: '3' }),
+    loadConfig({
+      BASE_URL: baseUrl,
+      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+      WEBHOOK_STANDARD_SIGNATURES: 'true',
+      DELIVERY_RETRY_DELAYS_MS: '100',
+      DELIVERY_MAX_FAILURES: '3',
+    }),
     t.database,
     testSecretsKey,
     pino({ level: 'silent' }),
@@ -47,15 +53,25 @@ async function refusingReceiver(refused: Set<string>): Promise<Receiver> {
 }
 
 const callsFor = (receiver: Receiver, id: string): ReceivedCall[] => receiver.calls.filter((call) => call.json.id === id);
-const parameters = (events: { name: string; value: Record<string, unknown> }[]) => ({ resourceType: 'Parameters', parameter: events.map(({ name, value }) => ({ name, ...value })) });
+const parameters = (events: { name: string; value: Record<string, unknown> }[]) => ({
+  resourceType: 'Parameters',
+  parameter: events.map(({ name, value }) => ({ name, ...value })),
+});
 const resend = (subscriptionId: string, name: string, value: Record<string, unknown>, headers: Record<string, string> = {}) =>
   t.fhir('POST', `/Subscription/${subscriptionId}/$resend`, parameters([{ name, value }]), headers);
 
 async function eventOf(subscriptionId: string, resourceId: string): Promise<{ id: string; event_number: string; status: string }> {
-  return waitFor(async () => {
-    const { rows } = await t.database.pool.query(`SELECT id, event_number, status FROM webhook.subscription_events WHERE subscription_id = $1 AND resource_id = $2 AND status <> 'pending' ORDER BY id DESC LIMIT 1`, [subscriptionId, resourceId]);
-    return rows[0];
-  }, 5000, `the event of ${resourceId} settled`);
+  return waitFor(
+    async () => {
+      const { rows } = await t.database.pool.query(
+        `SELECT id, event_number, status FROM webhook.subscription_events WHERE subscription_id = $1 AND resource_id = $2 AND status <> 'pending' ORDER BY id DESC LIMIT 1`,
+        [subscriptionId, resourceId],
+      );
+      return rows[0];
+    },
+    5000,
+    `the event of ${resourceId} settled`,
+  );
 }
 
 async function writePatient(family: string, id: string): Promise<void> {
@@ -78,17 +94,32 @@ describe('$resend', () => {
     expect(answer.statusCode, answer.body).toBe(200);
     expect(answer.json()).toEqual({
       resourceType: 'Parameters',
-      parameter: [{ name: 'queued', part: [{ name: 'eventNumber', valueString: event.event_number }, { name: 'resource', valueReference: { reference: 'Patient/resend-1/_history/1' } }] }],
+      parameter: [
+        {
+          name: 'queued',
+          part: [
+            { name: 'eventNumber', valueString: event.event_number },
+            { name: 'resource', valueReference: { reference: 'Patient/resend-1/_history/1' } },
+          ],
+        },
+      ],
     });
     await waitFor(() => (callsFor(endpoint, 'resend-1').length === 2 ? true : undefined), 5000, 'the resend');
     const [first, again] = callsFor(endpoint, 'resend-1');
     expect(again!.json).toMatchObject({ meta: { versionId: '1' } });
     expect(again!.headers['webhook-id']).toBe(first!.headers['webhook-id']);
     // Recorded once the receiver's answer is read: just after it arrives.
-    const rows = await waitFor(async () => {
-      const { rows: recorded } = await t.database.pool.query(`SELECT attempt, outcome FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'resend-1' ORDER BY id`, [id]);
-      return recorded.length === 2 ? recorded : undefined;
-    }, 5000, 'the resend recorded');
+    const rows = await waitFor(
+      async () => {
+        const { rows: recorded } = await t.database.pool.query(
+          `SELECT attempt, outcome FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'resend-1' ORDER BY id`,
+          [id],
+        );
+        return recorded.length === 2 ? recorded : undefined;
+      },
+      5000,
+      'the resend recorded',
+    );
     expect(rows).toEqual([
       { attempt: 1, outcome: 'failed' },
       { attempt: 1, outcome: 'delivered' },
@@ -117,7 +148,9 @@ describe('$resend', () => {
     await waitFor(() => (callsFor(endpoint, 'since-3').length === 2 ? true : undefined), 5000, 'the resends');
 
     // By the id of its recorded call.
-    const { rows: calls } = await t.database.pool.query(`SELECT id FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'since-2'`, [id]);
+    const { rows: calls } = await t.database.pool.query(`SELECT id FROM webhook.delivery_attempts WHERE subscription_id = $1 AND resource_id = 'since-2'`, [
+      id,
+    ]);
     const byCall = await resend(id, 'attempt', { valueString: String(calls[0].id) });
     expect(byCall.statusCode, byCall.body).toBe(200);
     await waitFor(() => (callsFor(endpoint, 'since-2').length === 2 ? true : undefined), 5000, 'the resend by call');
@@ -141,7 +174,10 @@ describe('$resend', () => {
 
     const answer = await resend(id, 'failedSince', { valueInstant: new Date(Date.now() - 60_000).toISOString() });
     expect(answer.statusCode, answer.body).toBe(200);
-    expect(answer.json()).toEqual({ resourceType: 'Parameters', parameter: [{ name: 'outcome', valueString: 'Nothing to resend: no event failed for good since then' }] });
+    expect(answer.json()).toEqual({
+      resourceType: 'Parameters',
+      parameter: [{ name: 'outcome', valueString: 'Nothing to resend: no event failed for good since then' }],
+    });
     expect(r4Problems(answer.json())).toEqual([]);
   });
 

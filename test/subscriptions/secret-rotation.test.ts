@@ -66,7 +66,11 @@ afterAll(async () => {
 const rotate = (id: string, parameter: Json[], headers: Record<string, string> = {}, query = '') =>
   t.fhir('POST', `/Subscription/${id}/$rotate-secret${query}`, { resourceType: 'Parameters', parameter }, headers);
 const rotateTo = (id: string, secret: string, overlapSeconds?: number, headers: Record<string, string> = {}) =>
-  rotate(id, [{ name: 'secret', valueString: secret }, ...(overlapSeconds === undefined ? [] : [{ name: 'overlapSeconds', valueUnsignedInt: overlapSeconds }])], headers);
+  rotate(
+    id,
+    [{ name: 'secret', valueString: secret }, ...(overlapSeconds === undefined ? [] : [{ name: 'overlapSeconds', valueUnsignedInt: overlapSeconds }])],
+    headers,
+  );
 const instantOf = (answer: Json, name: string) => new Date(answer.parameter.find((item: Json) => item.name === name).valueInstant as string);
 const untilPassed = (instant: Date) => new Promise((resolve) => setTimeout(resolve, Math.max(0, instant.getTime() - Date.now()) + 100));
 
@@ -98,7 +102,9 @@ function standardSignatureVerifies(call: ReceivedCall, secrets: readonly string[
  * deploys), answers 401 to a call that fails either, and `failing` answers
  * 503 (a receiver down for a while).
  */
-async function verifyingReceiver(holding: string[]): Promise<{ endpoint: Receiver; holding: string[]; refused: ReceivedCall[]; failing: (call: ReceivedCall) => boolean }> {
+async function verifyingReceiver(
+  holding: string[],
+): Promise<{ endpoint: Receiver; holding: string[]; refused: ReceivedCall[]; failing: (call: ReceivedCall) => boolean }> {
   const endpoint = await startReceiver();
   receivers.push(endpoint);
   const scene = { endpoint, holding, refused: [] as ReceivedCall[], failing: (_call: ReceivedCall) => false };
@@ -138,7 +144,8 @@ async function expectSignedWithBoth(call: ReceivedCall, previous: string, curren
 
 const patient = async (family: string) => (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family }] })).json<{ id: string }>();
 /** The (first) call that brought `resourceId`. */
-const delivered = (scene: { endpoint: Receiver }, resourceId: string) => waitFor(() => scene.endpoint.calls.find((call) => call.json.id === resourceId), 10_000, `the call for ${resourceId}`);
+const delivered = (scene: { endpoint: Receiver }, resourceId: string) =>
+  waitFor(() => scene.endpoint.calls.find((call) => call.json.id === resourceId), 10_000, `the call for ${resourceId}`);
 const rotationsOf = async (id: string) =>
   (
     await t.database.pool.query<{ rotated_at: Date; rotated_by_api_key: string | null; rotated_by_operator: string | null; previous_secret_until: Date }>(
@@ -147,7 +154,9 @@ const rotationsOf = async (id: string) =>
     )
   ).rows;
 const storedSecretOf = async (id: string) =>
-  createSecretBox(testSecretsKey).open((await t.database.pool.query('SELECT signing_secret_encrypted FROM webhook.subscriptions WHERE id = $1', [id])).rows[0].signing_secret_encrypted);
+  createSecretBox(testSecretsKey).open(
+    (await t.database.pool.query('SELECT signing_secret_encrypted FROM webhook.subscriptions WHERE id = $1', [id])).rows[0].signing_secret_encrypted,
+  );
 
 describe('POST /Subscription/{id}/$rotate-secret', () => {
   it('a classic subscription: signed with the old secret, then during the overlap with both, then with the new one only; the receiver switching within it refuses no call, and every event arrives', async () => {
@@ -196,7 +205,12 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
 
     // No call refused, every event delivered once; the read shows the new secret header, as the specification has a client's secret.
     expect(scene.refused).toEqual([]);
-    expect(scene.endpoint.calls.filter((call) => call.json.resourceType === 'Patient').map((call) => call.json.id)).toEqual([before.id, whileOld.id, whileNew.id, after.id]);
+    expect(scene.endpoint.calls.filter((call) => call.json.resourceType === 'Patient').map((call) => call.json.id)).toEqual([
+      before.id,
+      whileOld.id,
+      whileNew.id,
+      after.id,
+    ]);
     const read = (await t.fhir('GET', `/Subscription/${id}`)).json<Json>().resource;
     expect(read.channel.header).toEqual([`secret: ${newSecret}`, 'X-Tenant: north']);
     expect(read.meta.versionId).not.toBe('1');
@@ -222,7 +236,10 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     await expectSignedWithBoth(retry, oldSecret, newSecret);
     expect(scene.refused).toEqual([]);
     await waitFor(async () => {
-      const { rows } = await t.database.pool.query(`SELECT status FROM webhook.subscription_events WHERE subscription_id = $1 AND resource_id = $2`, [id, event.id]);
+      const { rows } = await t.database.pool.query(`SELECT status FROM webhook.subscription_events WHERE subscription_id = $1 AND resource_id = $2`, [
+        id,
+        event.id,
+      ]);
       return rows[0]?.status === 'delivered' ? true : undefined;
     });
   });
@@ -249,7 +266,13 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     const { id } = created.json<{ id: string }>();
     await untilStatus(t, id, 'active');
     const finished = (encounter: string) =>
-      t.fhir('PUT', `/Encounter/${encounter}`, { resourceType: 'Encounter', id: encounter, status: 'finished', class: { code: 'AMB' }, subject: { reference: 'Patient/rotation' } });
+      t.fhir('PUT', `/Encounter/${encounter}`, {
+        resourceType: 'Encounter',
+        id: encounter,
+        status: 'finished',
+        class: { code: 'AMB' },
+        subject: { reference: 'Patient/rotation' },
+      });
     const notifications = () => scene.endpoint.calls.filter((call) => eventNumbers(call.json).length > 0);
 
     await finished('rotation-1');
@@ -282,7 +305,7 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     expect(scene.refused).toEqual([]);
   });
 
-  it('without an overlap (overlapSeconds 0) the new secret alone signs at once; a generated secret is replaced by the caller\'s, which becomes its secret header', async () => {
+  it("without an overlap (overlapSeconds 0) the new secret alone signs at once; a generated secret is replaced by the caller's, which becomes its secret header", async () => {
     const scene = await verifyingReceiver([]);
     // No secret header: the service generated one, which nobody knows, so the receiver takes every call until it has one.
     scene.endpoint.answer = () => ({ status: 200 });
@@ -302,7 +325,10 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     expect(standardSignatureVerifies(call, [chosen])).toBe(true);
     expect(call.headers.secret).toBe(chosen);
     expect((await t.fhir('GET', `/Subscription/${id}`)).json<Json>().resource.channel.header).toEqual(['X-Tenant: south', `secret: ${chosen}`]);
-    const { rows } = await t.database.pool.query('SELECT secret_is_generated, previous_signing_secret_encrypted, previous_secret_until FROM webhook.subscriptions WHERE id = $1', [id]);
+    const { rows } = await t.database.pool.query(
+      'SELECT secret_is_generated, previous_signing_secret_encrypted, previous_secret_until FROM webhook.subscriptions WHERE id = $1',
+      [id],
+    );
     expect(rows[0]).toEqual({ secret_is_generated: false, previous_signing_secret_encrypted: null, previous_secret_until: null });
   });
 
@@ -317,7 +343,13 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     const created = await t.fhir(
       'POST',
       '/Subscription',
-      { resourceType: 'Subscription', status: 'requested', criteria: 'Patient?family=Refused', reason: 'test', channel: { type: 'rest-hook', endpoint: endpoint.url, header: [`secret: ${oldSecret}`] } },
+      {
+        resourceType: 'Subscription',
+        status: 'requested',
+        criteria: 'Patient?family=Refused',
+        reason: 'test',
+        channel: { type: 'rest-hook', endpoint: endpoint.url, header: [`secret: ${oldSecret}`] },
+      },
       asOwner,
     );
     const { id } = created.json<{ id: string }>();
@@ -354,7 +386,9 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
       code: 'conflict',
       details: {
         text: expect.stringMatching(
-          new RegExp(`^Subscription/${id} is in the overlap of its last rotation until ${untilText}: its receiver may still hold only the secret before it\\. Rotate again once it has ended$`),
+          new RegExp(
+            `^Subscription/${id} is in the overlap of its last rotation until ${untilText}: its receiver may still hold only the secret before it\\. Rotate again once it has ended$`,
+          ),
         ),
       },
     });
@@ -381,27 +415,68 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
     receivers.push(endpoint);
     const { id } = await subscribe(t, 'Patient?family=Validated', endpoint.url, { header: [`secret: ${current}`] });
     const good = secretNamed('validated-good');
-    const refusal = (text: string) => ({ resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'exception', details: { text: `ValidationError: ['${text}']` } }] });
+    const refusal = (text: string) => ({
+      resourceType: 'OperationOutcome',
+      issue: [{ severity: 'error', code: 'exception', details: { text: `ValidationError: ['${text}']` } }],
+    });
     const shape = '$rotate-secret takes a Parameters with secret (valueString) and optionally overlapSeconds (valueUnsignedInt)';
     const cases: [string, unknown, string][] = [
       ['no body', undefined, '$rotate-secret takes a Parameters body with the new secret (valueString): none was sent'],
       ['not a Parameters', { resourceType: 'Basic' }, `${shape}: Invalid input: expected "Parameters"`],
       ['no secret', { resourceType: 'Parameters', parameter: [{ name: 'overlapSeconds', valueUnsignedInt: 5 }] }, `${shape}: give the new secret once`],
-      ['two secrets', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: good }, { name: 'secret', valueString: `${good}-2` }] }, `${shape}: give the new secret once`],
-      ['an unknown parameter', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: good }, { name: 'reason', valueString: 'leak' }] }, `${shape}: Invalid input`],
+      [
+        'two secrets',
+        {
+          resourceType: 'Parameters',
+          parameter: [
+            { name: 'secret', valueString: good },
+            { name: 'secret', valueString: `${good}-2` },
+          ],
+        },
+        `${shape}: give the new secret once`,
+      ],
+      [
+        'an unknown parameter',
+        {
+          resourceType: 'Parameters',
+          parameter: [
+            { name: 'secret', valueString: good },
+            { name: 'reason', valueString: 'leak' },
+          ],
+        },
+        `${shape}: Invalid input`,
+      ],
       ['a secret not a string', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueInteger: 42 }] }, `${shape}: Invalid input`],
       ['an empty secret', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: '' }] }, 'The new secret is empty'],
-      ['white space around', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: ` ${good} ` }] }, 'The new secret begins or ends with white space, which the secret header would lose'],
+      [
+        'white space around',
+        { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: ` ${good} ` }] },
+        'The new secret begins or ends with white space, which the secret header would lose',
+      ],
       [
         'a line break',
         { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: `${good}\nInjected: 1` }] },
         'The new secret has characters HTTP cannot carry (control characters, or characters beyond Latin-1)',
       ],
-      ['too long', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: `${good}${'x'.repeat(4088)}` }] }, 'The new secret is longer than 4088 characters'],
-      ['the current one', { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: current }] }, 'The new secret is the current one: give another'],
+      [
+        'too long',
+        { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: `${good}${'x'.repeat(4088)}` }] },
+        'The new secret is longer than 4088 characters',
+      ],
+      [
+        'the current one',
+        { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: current }] },
+        'The new secret is the current one: give another',
+      ],
       ...[-1, 1.5, 2_592_001].map((overlap): [string, unknown, string] => [
         `overlapSeconds ${overlap}`,
-        { resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: good }, { name: 'overlapSeconds', valueInteger: overlap }] },
+        {
+          resourceType: 'Parameters',
+          parameter: [
+            { name: 'secret', valueString: good },
+            { name: 'overlapSeconds', valueInteger: overlap },
+          ],
+        },
         'overlapSeconds must be a whole number of seconds from 0 to 2,592,000 (30 days)',
       ]),
     ];
@@ -437,61 +512,72 @@ describe('POST /Subscription/{id}/$rotate-secret', () => {
 describe('subscriptions rotate-secret ID (CLI)', () => {
   const settings = { SECRETS_ENCRYPTION_KEY: testSecretsKey.toString('base64'), BASE_URL: baseUrl, LOG_LEVEL: 'warn', SECRET_ROTATION_OVERLAP_SECONDS: '3' };
   const cli = (args: string[], input?: string, overrides: Record<string, string> = {}) =>
-    runCommand(process.execPath, [cliEntry, 'subscriptions', 'rotate-secret', ...args], childEnvironment({ ...settings, DATABASE_URL: t.database.url, ...overrides }), input);
-
-  it('reads the new secret from standard input, signs with both for the overlap, records the operator; refuses a wrong id, secret or state', { timeout: 60_000 }, async () => {
-    const [oldSecret, newSecret] = [secretNamed('cli-old'), secretNamed('cli-new')];
-    const scene = await verifyingReceiver([oldSecret, newSecret]);
-    const { id } = await subscribe(t, 'Patient?family=Operator', scene.endpoint.url, { header: [`secret: ${oldSecret}`] });
-    await untilStatus(t, id, 'active');
-
-    const empty = await cli([id]);
-    expect(empty.exitCode, empty.output).toBe(2);
-    expect(empty.output).toBe('Not rotated: The new secret is empty.\n');
-    const wrongId = await cli(['not-an-id'], `${newSecret}\n`);
-    expect(wrongId.exitCode).toBe(2);
-    expect(wrongId.output).toContain("'not-an-id' is not a subscription id");
-    const wrongOverlap = await cli([id, '--overlap-seconds', 'soon'], `${newSecret}\n`);
-    expect(wrongOverlap.exitCode).toBe(2);
-    expect(wrongOverlap.output).toContain('expected a whole number of seconds from 0 to 2592000');
-    const withoutKey = await cli([id], `${newSecret}\n`, { SECRETS_ENCRYPTION_KEY: '' });
-    expect(withoutKey.exitCode).toBe(2);
-    expect(withoutKey.output).toContain('SECRETS_ENCRYPTION_KEY is required with DATABASE_URL');
-    expect(await storedSecretOf(id)).toBe(oldSecret);
-
-    // As `printf '%s\n' "$SECRET" | npm run cli -- subscriptions rotate-secret ID` gives it: the line break is not part of it.
-    const done = await cli([id], `${newSecret}\n`);
-    expect(done.exitCode, done.output).toBe(0);
-    const [rotation] = await rotationsOf(id);
-    expect(rotation).toMatchObject({ rotated_by_api_key: null, rotated_by_operator: userInfo().username });
-    expect(rotation!.previous_secret_until.getTime() - rotation!.rotated_at.getTime()).toBe(3_000);
-    expect(done.output).toBe(
-      `Rotated the signing secret of subscription ${id}. Until ${formatInstant(rotation!.previous_secret_until)} every call is signed with the previous secret too ` +
-        '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.\n',
+    runCommand(
+      process.execPath,
+      [cliEntry, 'subscriptions', 'rotate-secret', ...args],
+      childEnvironment({ ...settings, DATABASE_URL: t.database.url, ...overrides }),
+      input,
     );
-    expect(done.output).not.toContain(newSecret);
-    expect(await storedSecretOf(id)).toBe(newSecret);
-    const event = await patient('Operator');
-    await expectSignedWithBoth(await delivered(scene, event.id), oldSecret, newSecret);
 
-    const tooSoon = await cli([id], secretNamed('cli-too-soon'));
-    expect(tooSoon.exitCode).toBe(1);
-    expect(tooSoon.output).toMatch(new RegExp(`^Not rotated: Subscription/${id} is in the overlap of its last rotation until .*Z: .* Rotate again once it has ended\\.\\n$`));
-    const unknown = await cli(['00000000-0000-4000-8000-000000000000'], secretNamed('cli-unknown'));
-    expect(unknown.exitCode).toBe(1);
-    expect(unknown.output).toBe('Not rotated: Subscription/00000000-0000-4000-8000-000000000000 is not known.\n');
+  it(
+    'reads the new secret from standard input, signs with both for the overlap, records the operator; refuses a wrong id, secret or state',
+    { timeout: 60_000 },
+    async () => {
+      const [oldSecret, newSecret] = [secretNamed('cli-old'), secretNamed('cli-new')];
+      const scene = await verifyingReceiver([oldSecret, newSecret]);
+      const { id } = await subscribe(t, 'Patient?family=Operator', scene.endpoint.url, { header: [`secret: ${oldSecret}`] });
+      await untilStatus(t, id, 'active');
 
-    // After the overlap, with none: the newest secret alone, at once.
-    await untilPassed(rotation!.previous_secret_until);
-    const newest = secretNamed('cli-newest');
-    scene.holding = [newest];
-    const immediate = await cli([id, '--overlap-seconds', '0'], newest);
-    expect(immediate.exitCode, immediate.output).toBe(0);
-    expect(immediate.output).toBe(`Rotated the signing secret of subscription ${id}: every call from now on is signed with the new secret only.\n`);
-    const next = await patient('Operator');
-    await expectSignedWithOnly(await delivered(scene, next.id), newest, newSecret);
-    expect(scene.refused).toEqual([]);
-  });
+      const empty = await cli([id]);
+      expect(empty.exitCode, empty.output).toBe(2);
+      expect(empty.output).toBe('Not rotated: The new secret is empty.\n');
+      const wrongId = await cli(['not-an-id'], `${newSecret}\n`);
+      expect(wrongId.exitCode).toBe(2);
+      expect(wrongId.output).toContain("'not-an-id' is not a subscription id");
+      const wrongOverlap = await cli([id, '--overlap-seconds', 'soon'], `${newSecret}\n`);
+      expect(wrongOverlap.exitCode).toBe(2);
+      expect(wrongOverlap.output).toContain('expected a whole number of seconds from 0 to 2592000');
+      const withoutKey = await cli([id], `${newSecret}\n`, { SECRETS_ENCRYPTION_KEY: '' });
+      expect(withoutKey.exitCode).toBe(2);
+      expect(withoutKey.output).toContain('SECRETS_ENCRYPTION_KEY is required with DATABASE_URL');
+      expect(await storedSecretOf(id)).toBe(oldSecret);
+
+      // As `printf '%s\n' "$SECRET" | npm run cli -- subscriptions rotate-secret ID` gives it: the line break is not part of it.
+      const done = await cli([id], `${newSecret}\n`);
+      expect(done.exitCode, done.output).toBe(0);
+      const [rotation] = await rotationsOf(id);
+      expect(rotation).toMatchObject({ rotated_by_api_key: null, rotated_by_operator: userInfo().username });
+      expect(rotation!.previous_secret_until.getTime() - rotation!.rotated_at.getTime()).toBe(3_000);
+      expect(done.output).toBe(
+        `Rotated the signing secret of subscription ${id}. Until ${formatInstant(rotation!.previous_secret_until)} every call is signed with the previous secret too ` +
+          '(X-Hub-Signature with the previous one, X-Hub-Signature-Next with the new one, webhook-signature with both), then with the new one only.\n',
+      );
+      expect(done.output).not.toContain(newSecret);
+      expect(await storedSecretOf(id)).toBe(newSecret);
+      const event = await patient('Operator');
+      await expectSignedWithBoth(await delivered(scene, event.id), oldSecret, newSecret);
+
+      const tooSoon = await cli([id], secretNamed('cli-too-soon'));
+      expect(tooSoon.exitCode).toBe(1);
+      expect(tooSoon.output).toMatch(
+        new RegExp(`^Not rotated: Subscription/${id} is in the overlap of its last rotation until .*Z: .* Rotate again once it has ended\\.\\n$`),
+      );
+      const unknown = await cli(['00000000-0000-4000-8000-000000000000'], secretNamed('cli-unknown'));
+      expect(unknown.exitCode).toBe(1);
+      expect(unknown.output).toBe('Not rotated: Subscription/00000000-0000-4000-8000-000000000000 is not known.\n');
+
+      // After the overlap, with none: the newest secret alone, at once.
+      await untilPassed(rotation!.previous_secret_until);
+      const newest = secretNamed('cli-newest');
+      scene.holding = [newest];
+      const immediate = await cli([id, '--overlap-seconds', '0'], newest);
+      expect(immediate.exitCode, immediate.output).toBe(0);
+      expect(immediate.output).toBe(`Rotated the signing secret of subscription ${id}: every call from now on is signed with the new secret only.\n`);
+      const next = await patient('Operator');
+      await expectSignedWithOnly(await delivered(scene, next.id), newest, newSecret);
+      expect(scene.refused).toEqual([]);
+    },
+  );
 });
 
 describe('the record of rotations', () => {
@@ -503,7 +589,13 @@ describe('the record of rotations', () => {
     const created = await t.fhir(
       'POST',
       '/Subscription',
-      { resourceType: 'Subscription', status: 'requested', criteria: 'Patient?family=Audited', reason: 'test', channel: { type: 'rest-hook', endpoint: scene.endpoint.url, header: [`secret: ${first}`] } },
+      {
+        resourceType: 'Subscription',
+        status: 'requested',
+        criteria: 'Patient?family=Audited',
+        reason: 'test',
+        channel: { type: 'rest-hook', endpoint: scene.endpoint.url, header: [`secret: ${first}`] },
+      },
       { 'x-api-key': key.key },
     );
     const { id } = created.json<{ id: string }>();
@@ -511,9 +603,16 @@ describe('the record of rotations', () => {
     const answer = await rotateTo(id, secretNamed('audited-second'), 60, { 'x-api-key': key.key });
     expect(answer.statusCode, answer.body).toBe(200);
     const [rotation] = await rotationsOf(id);
-    expect(rotation).toEqual({ rotated_at: instantOf(answer.json(), 'rotatedAt'), rotated_by_api_key: key.id, rotated_by_operator: null, previous_secret_until: instantOf(answer.json(), 'previousSecretUntil') });
+    expect(rotation).toEqual({
+      rotated_at: instantOf(answer.json(), 'rotatedAt'),
+      rotated_by_api_key: key.id,
+      rotated_by_operator: null,
+      previous_secret_until: instantOf(answer.json(), 'previousSecretUntil'),
+    });
     expect(rotation!.rotated_at.getTime()).toBeGreaterThanOrEqual(asked.getTime() - 1_000);
-    const logged = logLines.map((line) => JSON.parse(line) as { msg: string; subscriptionId?: string }).filter((line) => line.subscriptionId === id && line.msg === 'subscription signing secret rotated');
+    const logged = logLines
+      .map((line) => JSON.parse(line) as { msg: string; subscriptionId?: string })
+      .filter((line) => line.subscriptionId === id && line.msg === 'subscription signing secret rotated');
     expect(logged).toHaveLength(1);
 
     // Every row of every table, as text, and every log line.

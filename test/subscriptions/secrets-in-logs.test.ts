@@ -42,7 +42,9 @@ async function startTokenEndpoint(): Promise<string> {
       const basic = Buffer.from(`webhooks:${secrets.oauthClientSecret}`).toString('base64');
       const authenticated = request.headers.authorization === `Basic ${basic}` || form.get('client_secret') === secrets.oauthClientSecret;
       response.writeHead(authenticated ? 200 : 401, { 'content-type': 'application/json' });
-      response.end(JSON.stringify(authenticated ? { access_token: secrets.oauthAccessToken, token_type: 'Bearer', expires_in: 3600 } : { error: 'invalid_client' }));
+      response.end(
+        JSON.stringify(authenticated ? { access_token: secrets.oauthAccessToken, token_type: 'Bearer', expires_in: 3600 } : { error: 'invalid_client' }),
+      );
     });
   });
   const { port, close } = await listenOnLoopback(server);
@@ -50,7 +52,7 @@ async function startTokenEndpoint(): Promise<string> {
   return `http://127.0.0.1:${port}/token`;
 }
 
-describe('secrets through a subscription\'s whole life, logged at trace level', () => {
+describe("secrets through a subscription's whole life, logged at trace level", () => {
   it('are in no log line, no record and no e-mail', { timeout: 90_000 }, async () => {
     const database = await createTestDatabase();
     cleanups.push(() => database.drop());
@@ -60,20 +62,24 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     cleanups.push(() => receiver.close());
     const tokenUrl = await startTokenEndpoint();
     const port = await freePort();
-    const service = startCommand(process.execPath, [cliEntry, 'serve'], childEnvironment({
-      DATABASE_URL: database.url,
-      PORT: String(port),
-      LOG_LEVEL: 'trace',
-      BOOTSTRAP_API_KEY: secrets.apiKey,
-      SECRETS_ENCRYPTION_KEY: secrets.encryptionKey,
-      WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-      DELIVERY_RETRY_DELAYS_MS: '100',
-      DELIVERY_MAX_FAILURES: '2',
-      SMTP_URL: smtp.url,
-      OAUTH_TOKEN_URL: tokenUrl,
-      OAUTH_CLIENT_ID: 'webhooks',
-      OAUTH_CLIENT_SECRET: secrets.oauthClientSecret,
-    }));
+    const service = startCommand(
+      process.execPath,
+      [cliEntry, 'serve'],
+      childEnvironment({
+        DATABASE_URL: database.url,
+        PORT: String(port),
+        LOG_LEVEL: 'trace',
+        BOOTSTRAP_API_KEY: secrets.apiKey,
+        SECRETS_ENCRYPTION_KEY: secrets.encryptionKey,
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+        DELIVERY_RETRY_DELAYS_MS: '100',
+        DELIVERY_MAX_FAILURES: '2',
+        SMTP_URL: smtp.url,
+        OAUTH_TOKEN_URL: tokenUrl,
+        OAUTH_CLIENT_ID: 'webhooks',
+        OAUTH_CLIENT_SECRET: secrets.oauthClientSecret,
+      }),
+    );
     await service.waitFor(/Listening on/);
     const api = (method: string, path: string, body?: unknown, apiKey = secrets.apiKey) =>
       fetch(`http://127.0.0.1:${port}/fhir/resources${path}`, {
@@ -94,7 +100,7 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
         header,
       },
     });
-    const wrote = async (family: string) => ((await api('POST', '/Patient', { resourceType: 'Patient', name: [{ family }] })).json() as Promise<{ id: string }>);
+    const wrote = async (family: string) => (await api('POST', '/Patient', { resourceType: 'Patient', name: [{ family }] })).json() as Promise<{ id: string }>;
     // A read answers the spec's envelope: { fullUrl, resource, search }.
     const status = async (id: string) => ((await (await api('GET', `/Subscription/${id}`)).json()) as { resource: { status: string } }).resource.status;
 
@@ -103,7 +109,11 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     expect((await api('POST', '/Subscription', subscription([secrets.refusedHeaderItem]))).status).toBe(400);
 
     // Created, handshake, active; a search carrying a patient's name.
-    const created = await api('POST', '/Subscription', subscription([`secret: ${secrets.signingSecret}`, `Authorization: Bearer ${secrets.clientAuthorization}`]));
+    const created = await api(
+      'POST',
+      '/Subscription',
+      subscription([`secret: ${secrets.signingSecret}`, `Authorization: Bearer ${secrets.clientAuthorization}`]),
+    );
     expect(created.status).toBe(201);
     const { id } = (await created.json()) as { id: string };
     await waitFor(async () => ((await status(id)) === 'active' ? true : undefined), 30_000, 'the activation');
@@ -126,7 +136,11 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     const switchedOff = await fetch(`http://127.0.0.1:${port}/fhir/resources/Bundle`, {
       method: 'POST',
       headers: { 'x-api-key': secrets.apiKey, 'content-type': 'application/fhir+json' },
-      body: JSON.stringify({ resourceType: 'Bundle', type: 'transaction', entry: [{ resource: { ...subscription([]), status: 'off' }, request: { method: 'POST', url: 'Subscription' } }] }),
+      body: JSON.stringify({
+        resourceType: 'Bundle',
+        type: 'transaction',
+        entry: [{ resource: { ...subscription([]), status: 'off' }, request: { method: 'POST', url: 'Subscription' } }],
+      }),
     });
     expect(switchedOff.status).toBe(200);
     expect(await status(id)).toBe('off');
@@ -135,7 +149,10 @@ describe('secrets through a subscription\'s whole life, logged at trace level', 
     expect(await service.exited).toBe(0);
 
     // What the process wrote: trace-level JSON lines, the lifecycle's events among them.
-    const lines = service.output().split('\n').filter((line) => line.startsWith('{'));
+    const lines = service
+      .output()
+      .split('\n')
+      .filter((line) => line.startsWith('{'));
     expect(lines.some((line) => (JSON.parse(line) as { level: number }).level <= 20)).toBe(true);
     // One info line (or warning) per change of the subscription's state, naming it.
     const changes = lines

@@ -81,10 +81,7 @@ describe('POST /Subscription with status requested', () => {
     const response = await post(subscription({}, { header: ['X-Tenant: blue'] }));
     const created = response.json();
     expect(created.channel.header).toEqual(['X-Tenant: blue']);
-    const { rows } = await t.database.pool.query(
-      `SELECT signing_secret_encrypted, secret_is_generated FROM webhook.subscriptions WHERE id = $1`,
-      [created.id],
-    );
+    const { rows } = await t.database.pool.query(`SELECT signing_secret_encrypted, secret_is_generated FROM webhook.subscriptions WHERE id = $1`, [created.id]);
     expect(rows[0].secret_is_generated).toBe(true);
     const secret = createSecretBox(testSecretsKey).open(rows[0].signing_secret_encrypted as Buffer);
     expect(secret.length).toBeGreaterThanOrEqual(40);
@@ -112,7 +109,8 @@ describe('POST /Subscription with status requested', () => {
     expect(rows[0].endpoint).toBe('https://***:***@receiver.example.org/hooks?token=***&tenant=***');
     expect(createSecretBox(testSecretsKey).open(rows[0].endpoint_encrypted as Buffer)).toBe(endpoint);
     expect((await t.fhir('GET', `/Subscription/${created.id}`)).json().resource.channel.endpoint).toBe(endpoint);
-    const found = async (url: string) => (await t.fhir('GET', `/Subscription?url=${encodeURIComponent(url)}`)).json().entry?.map((entry: { resource: { id: string } }) => entry.resource.id) ?? [];
+    const found = async (url: string) =>
+      (await t.fhir('GET', `/Subscription?url=${encodeURIComponent(url)}`)).json().entry?.map((entry: { resource: { id: string } }) => entry.resource.id) ?? [];
     expect(await found(endpoint)).toEqual([created.id]);
     // Another token at the same place, and the endpoint as shown, are other endpoints.
     expect(await found(endpoint.replace('token-in-endpoint', 'other-token'))).toEqual([]);
@@ -132,7 +130,10 @@ describe('POST /Subscription with status requested', () => {
     // As such a row was before 0015.
     await t.database.pool.query(`UPDATE webhook.subscriptions SET endpoint = $2, endpoint_encrypted = NULL WHERE id = $1`, [created.id, endpoint]);
     expect(await encryptEndpointCredentials(t.database.db, createSecretBox(testSecretsKey))).toBe(1);
-    const { rows } = await t.database.pool.query(`SELECT id, endpoint, endpoint_encrypted IS NOT NULL AS encrypted FROM webhook.subscriptions WHERE id = ANY($1) ORDER BY created_at`, [[created.id, plain.id]]);
+    const { rows } = await t.database.pool.query(
+      `SELECT id, endpoint, endpoint_encrypted IS NOT NULL AS encrypted FROM webhook.subscriptions WHERE id = ANY($1) ORDER BY created_at`,
+      [[created.id, plain.id]],
+    );
     expect(rows).toEqual([
       { id: created.id, endpoint: 'http://***:***@receiver.example.org/hooks?key=***', encrypted: true },
       { id: plain.id, endpoint: 'https://receiver.example.org/hooks', encrypted: false },
@@ -166,7 +167,11 @@ describe('refusals', () => {
   const cases: [string, unknown, string][] = [
     ['a channel other than rest-hook', subscription({}, { type: 'email' }), 'Only channel=rest-hook subscriptions are supported'],
     ['creation with another status', subscription({ status: 'active' }), 'Subscriptions must start with status=requested'],
-    ['a criteria type that is not a resource', subscription({ criteria: 'Appointement?status=booked' }), 'criteria=Appointement?status=booked is not a valid FHIR resource'],
+    [
+      'a criteria type that is not a resource',
+      subscription({ criteria: 'Appointement?status=booked' }),
+      'criteria=Appointement?status=booked is not a valid FHIR resource',
+    ],
     ['a contact system other than email', subscription({ contact: [{ system: 'phone', value: '+3312345678' }] }), 'Only contact system=email are supported.'],
     ['a bad e-mail', subscription({ contact: [{ system: 'email', value: 'not-an-email' }] }), 'The contact email "not-an-email" is invalid.'],
     ['no resourceType', { ...subscription(), resourceType: undefined }, 'resourceType is required'],
@@ -220,9 +225,13 @@ describe('refusals', () => {
     [
       'an unsupported search parameter in the criteria',
       subscription({ criteria: 'Patient?deceased=true' }),
-      'criteria=Patient?deceased=true: search parameter deceased is not supported: its FHIRPath expression is beyond what compiles to SQL (cannot read \'.exists() and Patient.deceased != false\')',
+      "criteria=Patient?deceased=true: search parameter deceased is not supported: its FHIRPath expression is beyond what compiles to SQL (cannot read '.exists() and Patient.deceased != false')",
     ],
-    ['a malformed date in the criteria', subscription({ criteria: 'Appointment?date=soon' }), "criteria=Appointment?date=soon: 'soon' is not a date for 'date' (YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm[:ss[.f]][Z|±hh:mm])"],
+    [
+      'a malformed date in the criteria',
+      subscription({ criteria: 'Appointment?date=soon' }),
+      "criteria=Appointment?date=soon: 'soon' is not a date for 'date' (YYYY, YYYY-MM, YYYY-MM-DD or YYYY-MM-DDThh:mm[:ss[.f]][Z|±hh:mm])",
+    ],
     [
       'a criteria alternative over 1,024 characters',
       subscription({ criteria: `Patient?name=smith,${'a'.repeat(1_025)}` }),
@@ -233,7 +242,11 @@ describe('refusals', () => {
       subscription({ criteria: `Patient?_id=${Array.from({ length: 101 }, (_, index) => `p${index}`).join(',')}` }),
       `criteria=Patient?_id=${Array.from({ length: 101 }, (_, index) => `p${index}`).join(',')}: Search parameter '_id' has 101 comma-separated alternatives; the limit is 100`,
     ],
-    ['switching off what is not live', { resourceType: 'Subscription', status: 'off', criteria: 'Encounter?status=planned' }, 'Not found webhook active or requested for criteria=Encounter?status=planned'],
+    [
+      'switching off what is not live',
+      { resourceType: 'Subscription', status: 'off', criteria: 'Encounter?status=planned' },
+      'Not found webhook active or requested for criteria=Encounter?status=planned',
+    ],
   ];
 
   it.each(cases)('%s', async (_name, body, message) => {
@@ -332,7 +345,10 @@ describe('reads and searches', () => {
     expect(await ids('?status=active')).toEqual([first.id]);
     expect(await ids('?status=off')).toEqual([second.id]);
     expect(await ids('?status=requested')).toEqual([]);
-    expectRefusal(await t.fhir('GET', '/Subscription?colour=red'), "Unknown search parameter 'colour' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)");
+    expectRefusal(
+      await t.fhir('GET', '/Subscription?colour=red'),
+      "Unknown search parameter 'colour' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)",
+    );
   });
 
   it('pages with _page_token through every subscription exactly once while new ones are created', async () => {
@@ -384,10 +400,7 @@ describe('Subscriptions in a transaction Bundle', () => {
     const response = await t.fhir('POST', '/Bundle', {
       resourceType: 'Bundle',
       type: 'transaction',
-      entry: [
-        { request: { url: 'Subscription', method: 'POST' }, resource: subscription() },
-        { request: { url: 'Patient/missing', method: 'DELETE' } },
-      ],
+      entry: [{ request: { url: 'Subscription', method: 'POST' }, resource: subscription() }, { request: { url: 'Patient/missing', method: 'DELETE' } }],
     });
     expect(response.statusCode).toBe(404);
     const { rows } = await t.database.pool.query(

@@ -34,7 +34,13 @@ const receiver = () => stack.receiver();
 
 type Options = { content?: string; filters?: string[]; channelExtensions?: unknown[]; criteria?: string; endpoint?: string };
 
-function topicSubscription({ content = 'id-only', filters = [], channelExtensions = [], criteria = topicUrl, endpoint = 'http://127.0.0.1:9/none' }: Options = {}) {
+function topicSubscription({
+  content = 'id-only',
+  filters = [],
+  channelExtensions = [],
+  criteria = topicUrl,
+  endpoint = 'http://127.0.0.1:9/none',
+}: Options = {}) {
   return {
     resourceType: 'Subscription',
     status: 'requested',
@@ -61,7 +67,13 @@ async function subscribeToTopic(options: Options): Promise<{ id: string; receive
   return { id: created.id, receiver: endpoint, created };
 }
 
-const encounter = (id: string, status: string, patient: string) => ({ resourceType: 'Encounter', id, status, class: { code: 'AMB' }, subject: { reference: patient } });
+const encounter = (id: string, status: string, patient: string) => ({
+  resourceType: 'Encounter',
+  id,
+  status,
+  class: { code: 'AMB' },
+  subject: { reference: patient },
+});
 
 /** The calls after the handshake, once `count` of them have come. */
 async function notifications(endpoint: Receiver, count: number): Promise<ReceivedCall[]> {
@@ -71,7 +83,11 @@ async function notifications(endpoint: Receiver, count: number): Promise<Receive
 
 describe('creating a subscription on a topic', () => {
   it('answers 201 with the subscription as stored (its profile and every extension), then hands shake in the IG shape', async () => {
-    const { id, receiver: endpoint, created } = await subscribeToTopic({
+    const {
+      id,
+      receiver: endpoint,
+      created,
+    } = await subscribeToTopic({
       filters: ['Encounter?patient=Patient/created'],
       channelExtensions: [
         { url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: 3600 },
@@ -105,20 +121,40 @@ describe('creating a subscription on a topic', () => {
     expect(await verify('topic-secret', handshake.body.toString('utf8'), handshake.headers['x-hub-signature'] as string)).toBe(true);
     // Read back as created.
     const read = (await t.fhir('GET', `/Subscription/${id}`)).json<{ resource: Record<string, unknown> }>().resource;
-    expect(read).toMatchObject({ criteria: topicUrl, _criteria: created._criteria, channel: { extension: created.channel.extension, _payload: created.channel._payload } });
+    expect(read).toMatchObject({
+      criteria: topicUrl,
+      _criteria: created._criteria,
+      channel: { extension: created.channel.extension, _payload: created.channel._payload },
+    });
   });
 
   it.each([
     ['an unknown topic', { criteria: 'http://example.org/topics/unknown' }, 'criteria=http://example.org/topics/unknown is not a topic this service offers'],
     ['an unknown version', { criteria: `${topicUrl}|9.9` }, `criteria=${topicUrl}|9.9 is not a topic this service offers`],
-    ['a filter the topic does not offer', { filters: ['Encounter?status=finished'] }, "the topic does not offer filtering Encounter by 'status' (its canFilterBy: patient, class)"],
+    [
+      'a filter the topic does not offer',
+      { filters: ['Encounter?status=finished'] },
+      "the topic does not offer filtering Encounter by 'status' (its canFilterBy: patient, class)",
+    ],
     ['a filter on a type the topic is not about', { filters: ['Patient?name=x'] }, 'the topic is about Encounter, not Patient'],
     ['a modifier the topic does not offer', { filters: ['Encounter?patient:missing=true'] }, 'the topic does not offer the modifier :missing'],
     ['a chain', { filters: ['Encounter?patient.name=x'] }, 'chains and _has are not filters a topic offers'],
-    ['a payload content the IG does not define', { content: 'everything' }, "backport-payload-content must be empty, id-only, full-resource"],
-    ['a timeout beyond the response budget', { channelExtensions: [{ url: `${ig}/backport-timeout`, valueUnsignedInt: 16 }] }, 'backport-timeout is 16 seconds; this service waits at most 15 seconds'],
-    ['a filter longer than a criteria may be', { filters: [`Encounter?${'patient=x&'.repeat(1700)}`] }, 'A backport-filter-criteria is 17,010 characters long; the limit is 16,384'],
-    ['a max-count of 0', { channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 0 }] }, 'backport-max-count must be a positive whole number'],
+    ['a payload content the IG does not define', { content: 'everything' }, 'backport-payload-content must be empty, id-only, full-resource'],
+    [
+      'a timeout beyond the response budget',
+      { channelExtensions: [{ url: `${ig}/backport-timeout`, valueUnsignedInt: 16 }] },
+      'backport-timeout is 16 seconds; this service waits at most 15 seconds',
+    ],
+    [
+      'a filter longer than a criteria may be',
+      { filters: [`Encounter?${'patient=x&'.repeat(1700)}`] },
+      'A backport-filter-criteria is 17,010 characters long; the limit is 16,384',
+    ],
+    [
+      'a max-count of 0',
+      { channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 0 }] },
+      'backport-max-count must be a positive whole number',
+    ],
   ])('refuses %s with a 400 naming it', async (_name, options, reason) => {
     const response = await t.fhir('POST', '/Subscription', topicSubscription(options));
     expect(response.statusCode).toBe(400);
@@ -128,7 +164,9 @@ describe('creating a subscription on a topic', () => {
   it('refuses a filter-criteria extension of another FHIR version (what Inferno tries), and filters on a classic criteria', async () => {
     const crossVersion = topicSubscription();
     (crossVersion as Record<string, unknown>)._criteria = {
-      extension: [{ url: 'http://hl7.org/fhir/5.0/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: 'Encounter.patient=Patient/123' }],
+      extension: [
+        { url: 'http://hl7.org/fhir/5.0/subscriptions-backport/StructureDefinition/backport-filter-criteria', valueString: 'Encounter.patient=Patient/123' },
+      ],
     };
     const refused = await t.fhir('POST', '/Subscription', crossVersion);
     expect(refused.statusCode).toBe(400);
@@ -153,7 +191,9 @@ describe('creating a subscription on a topic', () => {
     expect(first.statusCode).toBe(201);
     const again = await t.fhir('POST', '/Subscription', topicSubscription({ filters }));
     expect(again.statusCode).toBe(400);
-    expect(again.json().issue[0].details.text).toContain(`This API key already has a live (requested or active) subscription for topic ${topicUrl} with the filters Encounter?patient=Patient/unique`);
+    expect(again.json().issue[0].details.text).toContain(
+      `This API key already has a live (requested or active) subscription for topic ${topicUrl} with the filters Encounter?patient=Patient/unique`,
+    );
     // Other filters: another subscription.
     expect((await t.fhir('POST', '/Subscription', topicSubscription({ filters: ['Encounter?patient=Patient/other'] }))).statusCode).toBe(201);
     const off = await t.fhir('POST', '/Subscription', { ...topicSubscription({ filters }), status: 'off' });
@@ -164,13 +204,23 @@ describe('creating a subscription on a topic', () => {
 
   it('is created in a transaction Bundle too, and a refusal there rolls the Bundle back', async () => {
     const entry = (body: unknown) => ({ resource: body, request: { method: 'POST', url: 'Subscription' } });
-    const good = await t.fhir('POST', '/Bundle', { resourceType: 'Bundle', type: 'transaction', entry: [entry(topicSubscription({ filters: ['Encounter?patient=Patient/bundled'] }))] });
+    const good = await t.fhir('POST', '/Bundle', {
+      resourceType: 'Bundle',
+      type: 'transaction',
+      entry: [entry(topicSubscription({ filters: ['Encounter?patient=Patient/bundled'] }))],
+    });
     expect(good.statusCode, good.body).toBe(200);
-    expect(good.json().entry[0]).toMatchObject({ response: { status: '201 Created' }, resource: { criteria: topicUrl, channel: { _payload: { extension: [{ valueCode: 'id-only' }] } } } });
+    expect(good.json().entry[0]).toMatchObject({
+      response: { status: '201 Created' },
+      resource: { criteria: topicUrl, channel: { _payload: { extension: [{ valueCode: 'id-only' }] } } },
+    });
     const bad = await t.fhir('POST', '/Bundle', {
       resourceType: 'Bundle',
       type: 'transaction',
-      entry: [entry(topicSubscription({ filters: ['Encounter?patient=Patient/bundled-2'] })), entry(topicSubscription({ criteria: 'http://example.org/topics/unknown' }))],
+      entry: [
+        entry(topicSubscription({ filters: ['Encounter?patient=Patient/bundled-2'] })),
+        entry(topicSubscription({ criteria: 'http://example.org/topics/unknown' })),
+      ],
     });
     expect(bad.statusCode).toBe(400);
     expect(bad.json().issue[0].details.text).toContain('is not a topic this service offers');
@@ -179,7 +229,9 @@ describe('creating a subscription on a topic', () => {
   });
 
   it('refuses a retired topic, naming it; the subscriptions on it keep their state', async () => {
-    await addTopics(t.database.db, [{ ...JSON.parse(readFileSync(new URL('../../examples/topics/encounter-complete.json', import.meta.url), 'utf8')), version: 'retiring' }]);
+    await addTopics(t.database.db, [
+      { ...JSON.parse(readFileSync(new URL('../../examples/topics/encounter-complete.json', import.meta.url), 'utf8')), version: 'retiring' },
+    ]);
     const before = await t.fhir('POST', '/Subscription', topicSubscription({ criteria: `${topicUrl}|retiring` }));
     expect(before.statusCode).toBe(201);
     await retireTopic(t.database.db, `${topicUrl}|retiring`);
@@ -201,7 +253,10 @@ describe.each(['empty', 'id-only', 'full-resource'] as const)('notifications wit
     await t.fhir('PUT', `/Encounter/${content}-other`, encounter(`${content}-other`, 'finished', 'Patient/someone-else'));
     await t.fhir('PUT', `/Encounter/${content}-sql`, encounter(`${content}-sql`, 'in-progress', patient));
     // A batch loader's plain SQL: the one in progress becomes finished; the finished one stays so (no change, no event).
-    await t.database.pool.query(`UPDATE fhir.resources SET content = jsonb_set(content, '{status}', '"finished"') WHERE resource_type = 'Encounter' AND id LIKE $1`, [`${content}-%`]);
+    await t.database.pool.query(
+      `UPDATE fhir.resources SET content = jsonb_set(content, '{status}', '"finished"') WHERE resource_type = 'Encounter' AND id LIKE $1`,
+      [`${content}-%`],
+    );
 
     // One call at a time, in event-number order (test/dispatch/topic-event-order.test.ts).
     const [first, second] = await notifications(endpoint, 2);
@@ -216,8 +271,16 @@ describe.each(['empty', 'id-only', 'full-resource'] as const)('notifications wit
       expect(entries(first!)).toEqual([]);
     } else {
       const focus = (call: ReceivedCall) => entries(call)[0]!;
-      expect(focus(first!)).toMatchObject({ fullUrl: `${serviceBase}/Encounter/${content}-api`, request: { method: 'POST', url: 'Encounter' }, response: { status: '201' } });
-      expect(focus(second!)).toMatchObject({ fullUrl: `${serviceBase}/Encounter/${content}-sql`, request: { method: 'PUT', url: `Encounter/${content}-sql` }, response: { status: '200', etag: 'W/"2"' } });
+      expect(focus(first!)).toMatchObject({
+        fullUrl: `${serviceBase}/Encounter/${content}-api`,
+        request: { method: 'POST', url: 'Encounter' },
+        response: { status: '201' },
+      });
+      expect(focus(second!)).toMatchObject({
+        fullUrl: `${serviceBase}/Encounter/${content}-sql`,
+        request: { method: 'PUT', url: `Encounter/${content}-sql` },
+        response: { status: '200', etag: 'W/"2"' },
+      });
       if (content === 'id-only') {
         expect(entries(first!)).toHaveLength(1);
       } else {
@@ -248,8 +311,13 @@ describe('event numbers', () => {
   });
 
   it('max-count holds: three events of one statement come as three notifications of one event each', async () => {
-    const { receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/max-count'], channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 1 }] });
-    await t.database.pool.query(`INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'max-count-' || n, 'status', 'finished', 'subject', jsonb_build_object('reference', 'Patient/max-count')) FROM generate_series(1, 3) n`);
+    const { receiver: endpoint } = await subscribeToTopic({
+      filters: ['Encounter?patient=Patient/max-count'],
+      channelExtensions: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 1 }],
+    });
+    await t.database.pool.query(
+      `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'max-count-' || n, 'status', 'finished', 'subject', jsonb_build_object('reference', 'Patient/max-count')) FROM generate_series(1, 3) n`,
+    );
     const calls = await notifications(endpoint, 3);
     expect(calls.map((call) => eventNumbers(call.json).length)).toEqual([1, 1, 1]);
     expect(calls.flatMap((call) => eventNumbers(call.json)).sort()).toEqual([1, 2, 3]);
@@ -265,13 +333,21 @@ describe('event numbers', () => {
         canFilterBy: [{ filterParameter: 'patient' }],
       },
     ]);
-    const { id, receiver: endpoint } = await subscribeToTopic({ criteria: 'http://example.org/topics/encounter-removed', content: 'full-resource', filters: ['Encounter?patient=Patient/removed'] });
+    const { id, receiver: endpoint } = await subscribeToTopic({
+      criteria: 'http://example.org/topics/encounter-removed',
+      content: 'full-resource',
+      filters: ['Encounter?patient=Patient/removed'],
+    });
     await t.fhir('PUT', '/Encounter/removed', encounter('removed', 'cancelled', 'Patient/removed'));
     await t.fhir('DELETE', '/Encounter/removed');
     const [call] = await notifications(endpoint, 1);
     // A deleted resource has no content to carry: its entry is as id-only's, which is what the IG allows when a resource cannot be included.
     expect(notificationProblems(call!.json, { subscriptionId: id, type: 'event-notification', status: 'active', content: 'id-only' })).toEqual([]);
-    expect((call!.json.entry as unknown[])[1]).toEqual({ fullUrl: `${serviceBase}/Encounter/removed`, request: { method: 'DELETE', url: 'Encounter/removed' }, response: { status: '204' } });
+    expect((call!.json.entry as unknown[])[1]).toEqual({
+      fullUrl: `${serviceBase}/Encounter/removed`,
+      request: { method: 'DELETE', url: 'Encounter/removed' },
+      response: { status: '204' },
+    });
     await untilDelivered(t, id, 1, 5000);
   });
 });
@@ -284,7 +360,10 @@ describe('a subscription in error', () => {
     // Deactivated (as after repeated failures): its next events are missed.
     await t.database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'HTTP 503 from the receiver' WHERE id = $1`, [id]);
     // Two events in one statement (a loader's): numbered 2 and 3, the first reactivating it.
-    await t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [encounter('error-2', 'finished', 'Patient/error'), encounter('error-3', 'finished', 'Patient/error')]);
+    await t.database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
+      encounter('error-2', 'finished', 'Patient/error'),
+      encounter('error-3', 'finished', 'Patient/error'),
+    ]);
     await untilStatus(t, id, 'active');
     await t.fhir('PUT', '/Encounter/error-4', encounter('error-4', 'finished', 'Patient/error'));
     // The first notification, the reactivation handshake, the event that reactivated it, and the one after.
@@ -304,31 +383,44 @@ describe('a subscription in error', () => {
 describe('heartbeats', () => {
   it('go when no call went for the heartbeat period, in the IG shape, recorded as calls; none without a period', { timeout: 30_000 }, async () => {
     const period = minHeartbeatPeriodSeconds;
-    const { id, receiver: endpoint } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/heartbeat'], channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: period }] });
+    const { id, receiver: endpoint } = await subscribeToTopic({
+      filters: ['Encounter?patient=Patient/heartbeat'],
+      channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: period }],
+    });
     const { receiver: quiet } = await subscribeToTopic({ filters: ['Encounter?patient=Patient/quiet'] });
     const [, heartbeat] = await endpoint.waitForCalls(2, (period + 5) * 1000);
     expect(notificationProblems(heartbeat!.json, { subscriptionId: id, type: 'heartbeat', status: 'active', content: 'id-only' })).toEqual([]);
     expect(statusValue(heartbeat!.json, 'events-since-subscription-start')).toBe('0');
     expect(await verify('topic-secret', heartbeat!.body.toString('utf8'), heartbeat!.headers['x-hub-signature'] as string)).toBe(true);
     // Recorded once the receiver's answer is read, a period after the handshake.
-    const [recorded] = await waitFor(async () => {
-      const { rows } = await t.database.pool.query(
-        `SELECT outcome, extract(epoch FROM started_at - lag(started_at) OVER (ORDER BY started_at)) AS after_previous, kind
+    const [recorded] = await waitFor(
+      async () => {
+        const { rows } = await t.database.pool.query(
+          `SELECT outcome, extract(epoch FROM started_at - lag(started_at) OVER (ORDER BY started_at)) AS after_previous, kind
          FROM webhook.delivery_attempts WHERE subscription_id = $1 ORDER BY started_at`,
-        [id],
-      );
-      const heartbeats = rows.filter((row) => row.kind === 'heartbeat');
-      return heartbeats.length > 0 ? heartbeats : undefined;
-    }, 5000, 'a heartbeat recorded');
+          [id],
+        );
+        const heartbeats = rows.filter((row) => row.kind === 'heartbeat');
+        return heartbeats.length > 0 ? heartbeats : undefined;
+      },
+      5000,
+      'a heartbeat recorded',
+    );
     expect(recorded).toMatchObject({ outcome: 'delivered' });
     expect(Number(recorded.after_previous)).toBeGreaterThanOrEqual(period - 0.1);
     expect(quiet.calls).toHaveLength(1);
   });
 
   it(`refuses a heartbeat period under ${minHeartbeatPeriodSeconds} seconds`, async () => {
-    const response = await t.fhir('POST', '/Subscription', topicSubscription({ channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: minHeartbeatPeriodSeconds - 1 }] }));
+    const response = await t.fhir(
+      'POST',
+      '/Subscription',
+      topicSubscription({ channelExtensions: [{ url: `${ig}/backport-heartbeat-period`, valueUnsignedInt: minHeartbeatPeriodSeconds - 1 }] }),
+    );
     expect(response.statusCode).toBe(400);
-    expect(response.json().issue[0].details.text).toContain(`backport-heartbeat-period must be a whole number of seconds, at least ${minHeartbeatPeriodSeconds}`);
+    expect(response.json().issue[0].details.text).toContain(
+      `backport-heartbeat-period must be a whole number of seconds, at least ${minHeartbeatPeriodSeconds}`,
+    );
   });
 });
 
@@ -362,13 +454,21 @@ describe('$status, $events and discovery', () => {
     const again = (await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=1&eventsUntilNumber=4`)).json<Json>();
     expect(notificationProblems(again, { subscriptionId: id, type: 'query-event', content: 'full-resource' })).toEqual([]);
     const foci = again.entry.slice(1).filter((entry: Json) => entry.resource?.resourceType === 'Encounter');
-    expect(foci.map((entry: Json) => [entry.resource.id, entry.resource.meta.versionId])).toEqual([['gap-1', '1'], ['gap-2', '1'], ['gap-3', '1'], ['gap-1', '3']]);
+    expect(foci.map((entry: Json) => [entry.resource.id, entry.resource.meta.versionId])).toEqual([
+      ['gap-1', '1'],
+      ['gap-2', '1'],
+      ['gap-3', '1'],
+      ['gap-1', '3'],
+    ]);
 
     // The log's retention removed the first event: asked for by number, it is said to be gone.
     await t.database.pool.query(`DELETE FROM webhook.subscription_events WHERE subscription_id = $1 AND event_number = 1`, [id]);
     const purged = (await t.fhir('GET', `/Subscription/${id}/$events?eventsSinceNumber=1`)).json<Json>();
     expect(eventNumbers(purged)).toEqual([2, 3, 4]);
-    expect(purged.entry.at(-1).resource).toMatchObject({ resourceType: 'OperationOutcome', issue: [{ details: { text: expect.stringContaining('Events 1 are no longer held') } }] });
+    expect(purged.entry.at(-1).resource).toMatchObject({
+      resourceType: 'OperationOutcome',
+      issue: [{ details: { text: expect.stringContaining('Events 1 are no longer held') } }],
+    });
   });
 
   it('$status answers a searchset Bundle of status Parameters, at instance and type level, for the subscriptions the key may see', async () => {
@@ -379,7 +479,11 @@ describe('$status, $events and discovery', () => {
     expect(instance.statusCode).toBe(200);
     const bundle = instance.json<Json>();
     expect(bundle).toMatchObject({ resourceType: 'Bundle', type: 'searchset', total: 1 });
-    const status = { entry: [{ ...bundle.entry[0], request: { method: 'GET', url: `Subscription/${id}/$status` }, response: { status: '200' } }], resourceType: 'Bundle', type: 'history' };
+    const status = {
+      entry: [{ ...bundle.entry[0], request: { method: 'GET', url: `Subscription/${id}/$status` }, response: { status: '200' } }],
+      resourceType: 'Bundle',
+      type: 'history',
+    };
     expect(notificationProblems(status, { subscriptionId: id, type: 'query-status', status: 'active', content: 'id-only' })).toEqual([]);
     expect(statusValue(status, 'events-since-subscription-start')).toBe('1');
 
@@ -393,7 +497,11 @@ describe('$status, $events and discovery', () => {
     expect((await t.fhir('GET', `/Subscription/${id}/$status`, undefined, { 'x-api-key': key })).statusCode).toBe(404);
     expect((await t.fhir('GET', `/Subscription/$status?id=${id}`, undefined, { 'x-api-key': key })).json<Json>().total).toBe(0);
     // A classic subscription has no topic status.
-    const classic = await t.fhir('POST', '/Subscription', { ...topicSubscription(), criteria: 'Encounter?status=finished', channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/none', payload: 'application/fhir+json' } });
+    const classic = await t.fhir('POST', '/Subscription', {
+      ...topicSubscription(),
+      criteria: 'Encounter?status=finished',
+      channel: { type: 'rest-hook', endpoint: 'http://127.0.0.1:9/none', payload: 'application/fhir+json' },
+    });
     const refused = await t.fhir('GET', `/Subscription/${classic.json().id}/$events`);
     expect(refused.statusCode).toBe(400);
     expect(refused.json().issue[0].details.text).toContain('is not on a topic');
@@ -403,7 +511,9 @@ describe('$status, $events and discovery', () => {
   it('the CapabilityStatement names every active topic and the IG profile and operations; the topics can be read', async () => {
     const statement = (await t.fhir('GET', '/metadata')).json<Json>();
     const subscription = statement.rest[0].resource.find((entry: Json) => entry.type === 'Subscription');
-    const topics = subscription.extension.filter((item: Json) => item.url === 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/capabilitystatement-subscriptiontopic-canonical');
+    const topics = subscription.extension.filter(
+      (item: Json) => item.url === 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition/capabilitystatement-subscriptiontopic-canonical',
+    );
     expect(topics.map((item: Json) => item.valueCanonical)).toEqual(expect.arrayContaining([topicUrl, `${topicUrl}|1.0.0`]));
     // Retired: no longer offered.
     expect(topics.map((item: Json) => item.valueCanonical)).not.toContain(`${topicUrl}|retiring`);
@@ -416,7 +526,12 @@ describe('$status, $events and discovery', () => {
       basic.extension.find((item: Json) => item.url === 'http://hl7.org/fhir/5.0/StructureDefinition/extension-SubscriptionTopic.version')?.valueString,
       basic.modifierExtension.find((item: Json) => item.url === 'http://hl7.org/fhir/StructureDefinition/artifact-status')?.valueCode,
     ];
-    expect(search.entry.map((entry: Json) => versionAndStatus(entry.resource))).toEqual(expect.arrayContaining([['1.0.0', 'active'], ['retiring', 'retired']]));
+    expect(search.entry.map((entry: Json) => versionAndStatus(entry.resource))).toEqual(
+      expect.arrayContaining([
+        ['1.0.0', 'active'],
+        ['retiring', 'retired'],
+      ]),
+    );
     const read = await t.fhir('GET', new URL(search.entry[0].fullUrl).pathname.replace('/fhir/resources', ''));
     expect(read.json()).toMatchObject({ resourceType: 'Basic', code: { coding: [{ system: 'http://hl7.org/fhir/fhir-types', code: 'SubscriptionTopic' }] } });
     expect(read.json().extension).toContainEqual({ url: 'http://hl7.org/fhir/StructureDefinition/artifact-url', valueUri: topicUrl });
@@ -433,14 +548,31 @@ describe('what operators see', () => {
     const environment = childEnvironment({ DATABASE_URL: t.database.url, LOG_LEVEL: 'warn' });
     const show = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'show', id], environment);
     expect(show.exitCode).toBe(0);
-    expect(show.output).toContain(`  criteria  ${topicUrl}\n  filters   Encounter?patient=Patient/operators\n  payload   empty\n  events    1 (the latest event's number)\n`);
+    expect(show.output).toContain(
+      `  criteria  ${topicUrl}\n  filters   Encounter?patient=Patient/operators\n  payload   empty\n  events    1 (the latest event's number)\n`,
+    );
     const list = await runCommand(process.execPath, [cliEntry, 'subscriptions', 'list', '--status', 'active'], environment);
-    expect(list.output).toMatch(new RegExp(`${id}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`));
+    expect(list.output).toMatch(
+      new RegExp(`${id}\\s+active\\s+0\\s+0\\s+\\S+Z\\s+${topicUrl.replace(/[.?]/g, '\\$&')} \\[Encounter\\?patient=Patient/operators\\] \\(empty\\)`),
+    );
 
-    const { rows } = await t.database.pool.query(`SELECT topic_url, topic_version, filter_criteria, payload_content, last_event_number FROM webhook.topic_subscriptions WHERE subscription_id = $1`, [id]);
-    expect(rows).toEqual([{ topic_url: topicUrl, topic_version: '1.0.0', filter_criteria: ['Encounter?patient=Patient/operators'], payload_content: 'empty', last_event_number: '1' }]);
+    const { rows } = await t.database.pool.query(
+      `SELECT topic_url, topic_version, filter_criteria, payload_content, last_event_number FROM webhook.topic_subscriptions WHERE subscription_id = $1`,
+      [id],
+    );
+    expect(rows).toEqual([
+      {
+        topic_url: topicUrl,
+        topic_version: '1.0.0',
+        filter_criteria: ['Encounter?patient=Patient/operators'],
+        payload_content: 'empty',
+        last_event_number: '1',
+      },
+    ]);
 
     const exposition = await createMetrics(t.database.db).registry.metrics();
-    expect(exposition).toMatch(new RegExp(`fhir_webhooks_topic_subscriptions\\{topic="${topicUrl.replace(/[.?|]/g, '\\$&')}\\|1\\.0\\.0",status="active"\\} \\d+`));
+    expect(exposition).toMatch(
+      new RegExp(`fhir_webhooks_topic_subscriptions\\{topic="${topicUrl.replace(/[.?|]/g, '\\$&')}\\|1\\.0\\.0",status="active"\\} \\d+`),
+    );
   });
 });

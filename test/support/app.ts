@@ -34,12 +34,23 @@ export type TestApp = {
  * overlap of $rotate-secret); with `websocket`, the websocket channel's limits. With `logger`,
  * the app logs there.
  */
-export async function startTestApp(options: { metrics?: boolean; listen?: boolean; outbound?: AppOptions['outbound']; logger?: AppOptions['logger']; websocket?: AppOptions['websocket'] } = {}): Promise<TestApp> {
+export async function startTestApp(
+  options: { metrics?: boolean; listen?: boolean; outbound?: AppOptions['outbound']; logger?: AppOptions['logger']; websocket?: AppOptions['websocket'] } = {},
+): Promise<TestApp> {
   const database = await createTestDatabase();
   const metrics = options.metrics === true ? createMetrics(database.db) : undefined;
   const port = options.listen === true ? await freePort() : undefined;
   const appBaseUrl = port === undefined ? baseUrl : `http://127.0.0.1:${port}`;
-  const app = await buildApp({ database, baseUrl: appBaseUrl, webhookNamingSystem: 'webhook', secretsEncryptionKey: testSecretsKey, logger: options.logger ?? pino({ level: 'silent' }), metrics, outbound: options.outbound, websocket: options.websocket });
+  const app = await buildApp({
+    database,
+    baseUrl: appBaseUrl,
+    webhookNamingSystem: 'webhook',
+    secretsEncryptionKey: testSecretsKey,
+    logger: options.logger ?? pino({ level: 'silent' }),
+    metrics,
+    outbound: options.outbound,
+    websocket: options.websocket,
+  });
   if (port !== undefined) await app.listen({ port, host: '127.0.0.1' });
   const { key: apiKey } = await createApiKey(database.db, 'test', apiKeyScopes);
   return {

@@ -32,7 +32,8 @@ export function notificationProblems(bundle: Json, expected: Expected): string[]
     if (entry.response?.status === undefined) problem(`entry ${index} has no response.status`);
   });
   const [first, ...rest] = entries;
-  if (!String(first!.request?.url ?? '').endsWith(`Subscription/${expected.subscriptionId}/$status`)) problem(`the first entry's request.url is ${first!.request?.url}`);
+  if (!String(first!.request?.url ?? '').endsWith(`Subscription/${expected.subscriptionId}/$status`))
+    problem(`the first entry's request.url is ${first!.request?.url}`);
   const status: Json | undefined = first!.resource;
   if (status?.resourceType !== 'Parameters') return [...problems, 'the first entry is not a Parameters'];
   problems.push(...statusProblems(status, expected));
@@ -43,7 +44,8 @@ export function notificationProblems(bundle: Json, expected: Expected): string[]
   if (expected.type === 'event-notification' && events.length === 0) problem('no notification-event');
   if (expected.content === 'empty') {
     if (rest.length > 0) problem(`empty content with ${rest.length} entries besides the status`);
-    for (const event of events) if (parts(event, 'focus').length + parts(event, 'additional-context').length > 0) problem('empty content with a focus or additional-context');
+    for (const event of events)
+      if (parts(event, 'focus').length + parts(event, 'additional-context').length > 0) problem('empty content with a focus or additional-context');
     if (parameters.some((parameter) => parameter.name === 'topic')) problem('empty content names the topic (SHOULD NOT)');
   }
   if (expected.content === 'id-only') {
@@ -54,7 +56,8 @@ export function notificationProblems(bundle: Json, expected: Expected): string[]
     }
   }
   if (expected.content === 'full-resource') {
-    if (expected.type === 'event-notification' && !parameters.some((parameter) => parameter.name === 'topic')) problem('full-resource without the topic (SHOULD)');
+    if (expected.type === 'event-notification' && !parameters.some((parameter) => parameter.name === 'topic'))
+      problem('full-resource without the topic (SHOULD)');
     const resolves = (reference: string) =>
       reference.startsWith('urn:')
         ? rest.some((entry) => entry.fullUrl === reference)
@@ -98,7 +101,8 @@ export function statusProblems(status: Json, expected: Expected): string[] {
     if (numbers.length !== 1 || !/^\d+$/.test(numbers[0]!.valueString ?? '')) problem('a notification-event without one event-number valueString');
     for (const part of parts) {
       if (part.name === 'timestamp' && Number.isNaN(Date.parse(part.valueInstant))) problem('timestamp is not a valueInstant');
-      if ((part.name === 'focus' || part.name === 'additional-context') && typeof part.valueReference?.reference !== 'string') problem(`${part.name} is not a valueReference`);
+      if ((part.name === 'focus' || part.name === 'additional-context') && typeof part.valueReference?.reference !== 'string')
+        problem(`${part.name} is not a valueReference`);
       if (!['event-number', 'timestamp', 'focus', 'additional-context'].includes(part.name)) problem(`unknown notification-event part ${part.name}`);
     }
   }

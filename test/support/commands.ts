@@ -9,9 +9,7 @@ import path from 'node:path';
  * that the child behaves as it would in a terminal.
  */
 export function childEnvironment(overrides: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const inherited = Object.entries(process.env).filter(
-    ([key]) => !/^(VITEST.*|TEST_DATABASE_URL|DATABASE_URL|BASE_URL|NODE_ENV|MODE|DEV|PROD|SSR)$/.test(key),
-  );
+  const inherited = Object.entries(process.env).filter(([key]) => !/^(VITEST.*|TEST_DATABASE_URL|DATABASE_URL|BASE_URL|NODE_ENV|MODE|DEV|PROD|SSR)$/.test(key));
   return { ...Object.fromEntries(inherited), ...overrides };
 }
 
@@ -23,7 +21,8 @@ export type Finished = { exitCode: number | null; output: string };
 /** Runs a command to its end, `input` on its standard input (none without); output is stdout and stderr interleaved. */
 export function runCommand(command: string, args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<Finished> {
   return new Promise((resolve, reject) => {
-    const child = input === undefined ? spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] }) : spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child =
+      input === undefined ? spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] }) : spawn(command, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
     child.stdin?.end(input);
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));

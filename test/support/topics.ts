@@ -27,7 +27,12 @@ export type TopicStack = {
  */
 export async function startTopicStack(settings: Record<string, string> = {}): Promise<TopicStack> {
   const t = await startTestApp();
-  const workers = await startWorkers(loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', ...settings }), t.database, testSecretsKey, pino({ level: 'silent' }));
+  const workers = await startWorkers(
+    loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', ...settings }),
+    t.database,
+    testSecretsKey,
+    pino({ level: 'silent' }),
+  );
   await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
   const receivers: Receiver[] = [];
   return {

@@ -58,7 +58,8 @@ global[recordKey] = recordAnswer;
  */
 export function storesInvalidContentOnPurpose(reason: string): void {
   const current = global[storeKey];
-  if (current === undefined) throw new Error('storesInvalidContentOnPurpose: test/support/validate-answers.ts is not a setup file of this run (vitest.config.ts)');
+  if (current === undefined)
+    throw new Error('storesInvalidContentOnPurpose: test/support/validate-answers.ts is not a setup file of this run (vitest.config.ts)');
   if (reason.trim() === '') throw new Error('storesInvalidContentOnPurpose: say why the file stores content that is not R4');
   current.invalidContentOnPurpose = reason;
 }
@@ -138,7 +139,10 @@ afterAll(async ({}, suite) => {
     }
     const inStored = stored.map((problem) => `${problem} (in content stored as written)`);
     const failures = [...problems, ...(onPurpose === undefined ? inStored : [])];
-    const what = answer.source === 'api' ? `${answer.method} ${answer.url} answered ${answer.status}` : `notification ${answer.method} to ${answer.url} (answered ${answer.status})`;
+    const what =
+      answer.source === 'api'
+        ? `${answer.method} ${answer.url} answered ${answer.status}`
+        : `notification ${answer.method} to ${answer.url} (answered ${answer.status})`;
     if (failures.length === 0) {
       if (inStored.length > 0) {
         const shown = inStored.slice(0, toleratedListedAtMost).map((problem) => `    - ${problem}`);
@@ -148,7 +152,9 @@ afterAll(async ({}, suite) => {
     }
     // In a file that stores invalid content on purpose, the stored content's errors are listed too, as not failing.
     const listedProblems = [...failures, ...(onPurpose === undefined ? [] : inStored.map((problem) => `${problem}, not failing: on purpose`))];
-    invalid.push(`${what}${exemption === undefined ? '' : ` [exempt as ${exemption}]`}\n${listedProblems.map((problem) => `    - ${problem}`).join('\n')}\n    body: ${excerpt}`);
+    invalid.push(
+      `${what}${exemption === undefined ? '' : ` [exempt as ${exemption}]`}\n${listedProblems.map((problem) => `    - ${problem}`).join('\n')}\n    body: ${excerpt}`,
+    );
   }
   const elapsedMs = Math.round(performance.now() - started);
   if (report !== undefined) {

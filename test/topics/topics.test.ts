@@ -91,7 +91,12 @@ describe('a SubscriptionTopic', () => {
   it('has tests that PostgreSQL evaluates on a version as REST search would (jsonb_path_match)', async () => {
     const { previous, current } = compileTopic(parseSubscriptionTopic(encounterComplete())).triggers[0]!;
     const evaluate = async (match: string, status: string) =>
-      (await database.pool.query<{ passes: boolean }>(`SELECT jsonb_path_match($1::jsonb, $2::jsonpath) AS passes`, [JSON.stringify({ resourceType: 'Encounter', status }), match])).rows[0]!.passes;
+      (
+        await database.pool.query<{ passes: boolean }>(`SELECT jsonb_path_match($1::jsonb, $2::jsonpath) AS passes`, [
+          JSON.stringify({ resourceType: 'Encounter', status }),
+          match,
+        ])
+      ).rows[0]!.passes;
     expect(await evaluate(previous!.match!, 'in-progress')).toBe(true);
     expect(await evaluate(previous!.match!, 'finished')).toBe(false);
     expect(await evaluate(current!.match!, 'finished')).toBe(true);
@@ -99,8 +104,16 @@ describe('a SubscriptionTopic', () => {
   });
 
   it('takes a resource type by name, every interaction when none is listed, and a trigger without criteria', () => {
-    const compiled = compileTopic(parseSubscriptionTopic(encounterComplete(trigger({ resource: 'Encounter', supportedInteraction: undefined, queryCriteria: undefined }))));
-    expect(compiled.triggers[0]).toMatchObject({ resourceType: 'Encounter', interactions: ['create', 'update', 'delete'], previous: null, current: null, requireBoth: false });
+    const compiled = compileTopic(
+      parseSubscriptionTopic(encounterComplete(trigger({ resource: 'Encounter', supportedInteraction: undefined, queryCriteria: undefined }))),
+    );
+    expect(compiled.triggers[0]).toMatchObject({
+      resourceType: 'Encounter',
+      interactions: ['create', 'update', 'delete'],
+      previous: null,
+      current: null,
+      requireBoth: false,
+    });
   });
 
   it.each([
@@ -109,20 +122,47 @@ describe('a SubscriptionTopic', () => {
     ['SubscriptionTopic.status: a topic added is draft or active, not retired', { status: 'retired' }],
     ['SubscriptionTopic.resourceTrigger: ', { resourceTrigger: [] }],
     ['SubscriptionTopic.eventTrigger: event triggers (messages and operations) are not supported', { eventTrigger: [{ event: { text: 'admit' } }] }],
-    ['SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: FHIRPath criteria are not evaluated', trigger({ fhirPathCriteria: "%current.status = 'finished'" })],
+    [
+      'SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: FHIRPath criteria are not evaluated',
+      trigger({ fhirPathCriteria: "%current.status = 'finished'" }),
+    ],
     ["SubscriptionTopic.resourceTrigger[0].resource: 'Encountre' is not an R4 resource type", trigger({ resource: 'Encountre' })],
     ['profiles are not supported', trigger({ resource: 'http://example.org/StructureDefinition/my-encounter' })],
     ['SubscriptionTopic.resourceTrigger[0].supportedInteraction[0]: ', trigger({ supportedInteraction: ['read'] })],
-    ["SubscriptionTopic.resourceTrigger[0].queryCriteria.current: Unknown search parameter 'staus' for Encounter", trigger({ queryCriteria: { current: 'staus=finished' } })],
-    ['SubscriptionTopic.resourceTrigger[0].queryCriteria.current: chained parameters and _has are not supported', trigger({ queryCriteria: { current: 'subject.name=Smith' } })],
+    [
+      "SubscriptionTopic.resourceTrigger[0].queryCriteria.current: Unknown search parameter 'staus' for Encounter",
+      trigger({ queryCriteria: { current: 'staus=finished' } }),
+    ],
+    [
+      'SubscriptionTopic.resourceTrigger[0].queryCriteria.current: chained parameters and _has are not supported',
+      trigger({ queryCriteria: { current: 'subject.name=Smith' } }),
+    ],
     ['_include and _revinclude belong in notificationShape', trigger({ queryCriteria: { current: 'status=finished&_include=Encounter:patient' } })],
-    ['SubscriptionTopic.resourceTrigger[0].queryCriteria.resultForCreate: required with previous criteria on a trigger for create', trigger({ queryCriteria: { previous: 'status:not=finished', current: 'status=finished' } })],
-    ['SubscriptionTopic.resourceTrigger[0].queryCriteria.resultForDelete: required with current criteria on a trigger for delete', trigger({ supportedInteraction: ['delete'], queryCriteria: { current: 'status=finished' } })],
+    [
+      'SubscriptionTopic.resourceTrigger[0].queryCriteria.resultForCreate: required with previous criteria on a trigger for create',
+      trigger({ queryCriteria: { previous: 'status:not=finished', current: 'status=finished' } }),
+    ],
+    [
+      'SubscriptionTopic.resourceTrigger[0].queryCriteria.resultForDelete: required with current criteria on a trigger for delete',
+      trigger({ supportedInteraction: ['delete'], queryCriteria: { current: 'status=finished' } }),
+    ],
     ["SubscriptionTopic.canFilterBy[0].filterParameter: Encounter has no search parameter 'patiant'", { canFilterBy: [{ filterParameter: 'patiant' }] }],
-    ["SubscriptionTopic.canFilterBy[0].modifier: 'above' is not a modifier this service supports on Encounter.status", { canFilterBy: [{ filterParameter: 'status', modifier: ['above'] }] }],
-    ['SubscriptionTopic.canFilterBy[0].comparator: comparators other than eq apply to date, number and quantity parameters', { canFilterBy: [{ filterParameter: 'status', comparator: ['gt'] }] }],
-    ['SubscriptionTopic.canFilterBy[0].filterDefinition: custom SearchParameter definitions are not supported', { canFilterBy: [{ filterParameter: 'patient', filterDefinition: 'http://example.org/SearchParameter/x' }] }],
-    ["SubscriptionTopic.notificationShape[0].include[0]: _include=Encounter:patient&iterate=Patient.link: Encounter has no search parameter 'patient&iterate", { notificationShape: [{ resource: 'Encounter', include: ['Encounter:patient&iterate=Patient.link'] }] }],
+    [
+      "SubscriptionTopic.canFilterBy[0].modifier: 'above' is not a modifier this service supports on Encounter.status",
+      { canFilterBy: [{ filterParameter: 'status', modifier: ['above'] }] },
+    ],
+    [
+      'SubscriptionTopic.canFilterBy[0].comparator: comparators other than eq apply to date, number and quantity parameters',
+      { canFilterBy: [{ filterParameter: 'status', comparator: ['gt'] }] },
+    ],
+    [
+      'SubscriptionTopic.canFilterBy[0].filterDefinition: custom SearchParameter definitions are not supported',
+      { canFilterBy: [{ filterParameter: 'patient', filterDefinition: 'http://example.org/SearchParameter/x' }] },
+    ],
+    [
+      "SubscriptionTopic.notificationShape[0].include[0]: _include=Encounter:patient&iterate=Patient.link: Encounter has no search parameter 'patient&iterate",
+      { notificationShape: [{ resource: 'Encounter', include: ['Encounter:patient&iterate=Patient.link'] }] },
+    ],
   ])('is refused: %s', (expected, changes) => {
     expect(refusal(encounterComplete(changes))).toContain(expected);
   });
@@ -132,20 +172,28 @@ describe('a SubscriptionTopic', () => {
       resourceTrigger: [...(encounterComplete().resourceTrigger as object[]), { resource: 'Observation', supportedInteraction: ['create'] }],
       canFilterBy: [{ filterParameter: 'patient' }],
     });
-    expect(refusal(twoResources)).toBe('SubscriptionTopic.canFilterBy[0].resource: required when the topic has triggers on several resources (Encounter, Observation)');
+    expect(refusal(twoResources)).toBe(
+      'SubscriptionTopic.canFilterBy[0].resource: required when the topic has triggers on several resources (Encounter, Observation)',
+    );
   });
 });
 
 describe('stored topics', () => {
   it('are added once per URL and version: the same definition again changes nothing, a different one is refused', async () => {
-    expect(await addTopics(database.db, [encounterComplete()])).toEqual([{ outcome: 'added', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' }]);
+    expect(await addTopics(database.db, [encounterComplete()])).toEqual([
+      { outcome: 'added', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' },
+    ]);
     // Keys in another order are the same definition.
     const reordered = Object.fromEntries(Object.entries(encounterComplete()).reverse());
-    expect(await addTopics(database.db, [reordered])).toEqual([{ outcome: 'unchanged', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' }]);
+    expect(await addTopics(database.db, [reordered])).toEqual([
+      { outcome: 'unchanged', url: 'http://example.org/topics/encounter-complete', version: '1.0.0', status: 'active' },
+    ]);
     await expect(addTopics(database.db, [encounterComplete({ title: 'Changed' })])).rejects.toThrow(
       'SubscriptionTopic.version: http://example.org/topics/encounter-complete|1.0.0 is already defined differently: a changed topic needs a new version',
     );
-    expect(await addTopics(database.db, [encounterComplete({ title: 'Changed', version: '1.1.0' })])).toEqual([expect.objectContaining({ outcome: 'added', version: '1.1.0' })]);
+    expect(await addTopics(database.db, [encounterComplete({ title: 'Changed', version: '1.1.0' })])).toEqual([
+      expect.objectContaining({ outcome: 'added', version: '1.1.0' }),
+    ]);
     const topics = await listTopics(database.db);
     expect(topics.map((topic) => [topic.version, topic.title, topic.status])).toEqual([
       ['1.1.0', 'Changed', 'active'],
@@ -157,7 +205,9 @@ describe('stored topics', () => {
   });
 
   it('are added all or none, a refusal naming which definition', async () => {
-    const refused = await addTopics(database.db, [encounterComplete(), encounterComplete({ url: 'http://example.org/topics/other', status: 'unknown' })]).catch((error: unknown) => error);
+    const refused = await addTopics(database.db, [encounterComplete(), encounterComplete({ url: 'http://example.org/topics/other', status: 'unknown' })]).catch(
+      (error: unknown) => error,
+    );
     expect(refused).toBeInstanceOf(TopicRefused);
     expect(refused).toMatchObject({ index: 1, element: 'SubscriptionTopic.status' });
     expect(await listTopics(database.db)).toEqual([]);
@@ -176,36 +226,53 @@ describe('stored topics', () => {
 });
 
 describe('npm run cli -- topics', () => {
-  it('adds (the example of docs/topics.md), lists and retires topics; a definition refused exits 2 naming the file and the element, and adds nothing', { timeout: 60_000 }, async () => {
-    const folder = await mkdtemp(path.join(tmpdir(), 'topics-'));
-    // The example docs/topics.md adds, by the same relative path.
-    const good = 'examples/topics/encounter-complete.json';
-    const bundle = path.join(folder, 'bundle.json');
-    await writeFile(bundle, JSON.stringify({ resourceType: 'Bundle', type: 'collection', entry: [{ resource: encounterComplete({ version: '2' }) }, { resource: encounterComplete(trigger({ resource: 'Encountre' })) }] }));
-    const cli = (...args: string[]) => runCommand('npm', ['run', '--silent', 'cli', '--', 'topics', ...args], childEnvironment({ DATABASE_URL: database.url }));
+  it(
+    'adds (the example of docs/topics.md), lists and retires topics; a definition refused exits 2 naming the file and the element, and adds nothing',
+    { timeout: 60_000 },
+    async () => {
+      const folder = await mkdtemp(path.join(tmpdir(), 'topics-'));
+      // The example docs/topics.md adds, by the same relative path.
+      const good = 'examples/topics/encounter-complete.json';
+      const bundle = path.join(folder, 'bundle.json');
+      await writeFile(
+        bundle,
+        JSON.stringify({
+          resourceType: 'Bundle',
+          type: 'collection',
+          entry: [{ resource: encounterComplete({ version: '2' }) }, { resource: encounterComplete(trigger({ resource: 'Encountre' })) }],
+        }),
+      );
+      const cli = (...args: string[]) =>
+        runCommand('npm', ['run', '--silent', 'cli', '--', 'topics', ...args], childEnvironment({ DATABASE_URL: database.url }));
 
-    const refused = await cli('add', good, bundle);
-    expect(refused).toEqual({
-      exitCode: 2,
-      output: `Refused ${bundle} (Bundle.entry[1]), nothing added: SubscriptionTopic.resourceTrigger[0].resource: 'Encountre' is not an R4 resource type (or its StructureDefinition URL); profiles are not supported\n`,
-    });
-    expect(await cli('list')).toEqual({ exitCode: 0, output: 'No topics.\n' });
-    expect(await cli('add', good)).toEqual({ exitCode: 0, output: 'Added http://example.org/topics/encounter-complete|1.0.0\n' });
-    expect(await cli('add', good)).toEqual({ exitCode: 0, output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0\n' });
-    expect((await cli('list')).output).toMatch(/^TOPIC +STATUS +RESOURCES +TITLE\nhttp:\/\/example\.org\/topics\/encounter-complete\|1\.0\.0 +active +Encounter +Encounter complete\n$/);
-    expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({ exitCode: 0, output: 'Retired http://example.org/topics/encounter-complete|1.0.0\n' });
-    expect(await cli('add', good)).toEqual({
-      exitCode: 0,
-      output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0 (retired: a retired version stays retired; add a new one)\n',
-    });
-    expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({
-      exitCode: 1,
-      output: 'No active topic is http://example.org/topics/encounter-complete (topics list shows them).\n',
-    });
-    const missing = await cli('add', path.join(folder, 'missing.json'));
-    expect(missing.exitCode).toBe(2);
-    expect(missing.output).toContain(`Cannot read ${path.join(folder, 'missing.json')}: ENOENT`);
-  });
+      const refused = await cli('add', good, bundle);
+      expect(refused).toEqual({
+        exitCode: 2,
+        output: `Refused ${bundle} (Bundle.entry[1]), nothing added: SubscriptionTopic.resourceTrigger[0].resource: 'Encountre' is not an R4 resource type (or its StructureDefinition URL); profiles are not supported\n`,
+      });
+      expect(await cli('list')).toEqual({ exitCode: 0, output: 'No topics.\n' });
+      expect(await cli('add', good)).toEqual({ exitCode: 0, output: 'Added http://example.org/topics/encounter-complete|1.0.0\n' });
+      expect(await cli('add', good)).toEqual({ exitCode: 0, output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0\n' });
+      expect((await cli('list')).output).toMatch(
+        /^TOPIC +STATUS +RESOURCES +TITLE\nhttp:\/\/example\.org\/topics\/encounter-complete\|1\.0\.0 +active +Encounter +Encounter complete\n$/,
+      );
+      expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({
+        exitCode: 0,
+        output: 'Retired http://example.org/topics/encounter-complete|1.0.0\n',
+      });
+      expect(await cli('add', good)).toEqual({
+        exitCode: 0,
+        output: 'Unchanged http://example.org/topics/encounter-complete|1.0.0 (retired: a retired version stays retired; add a new one)\n',
+      });
+      expect(await cli('retire', 'http://example.org/topics/encounter-complete')).toEqual({
+        exitCode: 1,
+        output: 'No active topic is http://example.org/topics/encounter-complete (topics list shows them).\n',
+      });
+      const missing = await cli('add', path.join(folder, 'missing.json'));
+      expect(missing.exitCode).toBe(2);
+      expect(missing.output).toContain(`Cannot read ${path.join(folder, 'missing.json')}: ENOENT`);
+    },
+  );
 });
 
 const exampleTopic = (): Json => JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'));
@@ -258,7 +325,10 @@ function readBack(extension: Json): Json {
 /** An R5 backbone element as readBack reads its extension: every child a list. */
 function asLists(element: Json): Json {
   return Object.fromEntries(
-    Object.entries(element).map(([key, value]) => [key, (Array.isArray(value) ? value : [value]).map((item) => (typeof item === 'object' ? asLists(item) : item))]),
+    Object.entries(element).map(([key, value]) => [
+      key,
+      (Array.isArray(value) ? value : [value]).map((item) => (typeof item === 'object' ? asLists(item) : item)),
+    ]),
   );
 }
 
@@ -312,8 +382,20 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
             },
           ],
         },
-        { url: `${xver}.canFilterBy`, extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'patient' }] },
-        { url: `${xver}.canFilterBy`, extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'class' }] },
+        {
+          url: `${xver}.canFilterBy`,
+          extension: [
+            { url: 'resource', valueUri: 'Encounter' },
+            { url: 'filterParameter', valueString: 'patient' },
+          ],
+        },
+        {
+          url: `${xver}.canFilterBy`,
+          extension: [
+            { url: 'resource', valueUri: 'Encounter' },
+            { url: 'filterParameter', valueString: 'class' },
+          ],
+        },
         {
           url: `${xver}.notificationShape`,
           extension: [
@@ -345,7 +427,10 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
     for (const item of extension as Json[]) {
       // Abridged: each documented (sub-)extension is served, in the same order.
       const served = (basic.extension as Json[]).filter((candidate) => candidate.url === item.url);
-      expect(served.some((candidate) => JSON.stringify(candidate) === JSON.stringify(item) || isAbridged(item, candidate)), JSON.stringify(item)).toBe(true);
+      expect(
+        served.some((candidate) => JSON.stringify(candidate) === JSON.stringify(item) || isAbridged(item, candidate)),
+        JSON.stringify(item),
+      ).toBe(true);
     }
   });
 
@@ -362,7 +447,8 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
   it('says retired once the operator retired a topic; filters by url and status; a search with no match has no entry', async () => {
     const example = exampleTopic();
     // One at a time: listed newest first within a URL.
-    for (const topic of [example, { ...example, version: '2.0.0' }, { ...example, url: 'http://example.org/topics/other' }]) await addTopics(database.db, [topic]);
+    for (const topic of [example, { ...example, version: '2.0.0' }, { ...example, url: 'http://example.org/topics/other' }])
+      await addTopics(database.db, [topic]);
     await retireTopic(database.db, `${example.url}|1.0.0`);
     const status = (basic: Json) => (basic.modifierExtension as Json[]).find((extension) => extension.url === artifactStatus)!.valueCode;
     const version = (basic: Json) => (basic.extension as Json[]).find((extension) => extension.url === `${xver}.version`)!.valueString;
@@ -399,7 +485,9 @@ describe('GET /SubscriptionTopic, as the Backport IG serves a topic on R4', () =
       date: '2025-03-04T05:06:07Z',
       publisher: 'Example',
       contact: [{ name: 'Admissions', telecom: [] }],
-      useContext: [{ code: { system: 'http://terminology.hl7.org/CodeSystem/usage-context-type', code: 'focus' }, valueCodeableConcept: { text: 'Encounters' } }],
+      useContext: [
+        { code: { system: 'http://terminology.hl7.org/CodeSystem/usage-context-type', code: 'focus' }, valueCodeableConcept: { text: 'Encounters' } },
+      ],
       jurisdiction: [{ coding: [{ system: 'urn:iso:std:iso:3166', code: 'FR' }] }],
       purpose: 'To tell admissions',
       copyright: 'CC0',

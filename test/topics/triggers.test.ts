@@ -47,7 +47,13 @@ async function subscribeToTopic(trigger: Trigger, filter?: string): Promise<stri
         {
           resource: 'Encounter',
           supportedInteraction: trigger.interactions,
-          queryCriteria: { previous: trigger.previous, current: trigger.current, resultForCreate: trigger.resultForCreate, resultForDelete: trigger.resultForDelete, requireBoth: trigger.requireBoth },
+          queryCriteria: {
+            previous: trigger.previous,
+            current: trigger.current,
+            resultForCreate: trigger.resultForCreate,
+            resultForDelete: trigger.resultForDelete,
+            requireBoth: trigger.requireBoth,
+          },
         },
       ],
     },
@@ -62,7 +68,13 @@ async function subscribeToTopic(trigger: Trigger, filter?: string): Promise<stri
   return rows[0]!.id;
 }
 
-const encounter = (id: string, status: string, patient = 'Patient/1') => ({ resourceType: 'Encounter', id, status, class: { code: 'AMB' }, subject: { reference: patient } });
+const encounter = (id: string, status: string, patient = 'Patient/1') => ({
+  resourceType: 'Encounter',
+  id,
+  status,
+  class: { code: 'AMB' },
+  subject: { reference: patient },
+});
 
 /** The events recorded for a subscription: [id, version, deleted]. */
 async function events(subscriptionId: string): Promise<[string, number, boolean][]> {
@@ -73,7 +85,13 @@ async function events(subscriptionId: string): Promise<[string, number, boolean]
   return rows.map((row) => [row.resource_id, row.version_id, row.deleted]);
 }
 
-const became = { interactions: ['create', 'update'], previous: 'status:not=finished', resultForCreate: 'test-passes', current: 'status=finished', requireBoth: true } satisfies Trigger;
+const became = {
+  interactions: ['create', 'update'],
+  previous: 'status:not=finished',
+  resultForCreate: 'test-passes',
+  current: 'status=finished',
+  requireBoth: true,
+} satisfies Trigger;
 
 describe('a topic whose trigger is "became finished"', () => {
   it('fires on a create that is finished, an update into finished, and on nothing else', async () => {
@@ -110,7 +128,10 @@ describe('a topic whose trigger is "became finished"', () => {
 
   it('notifies only resources passing the subscription’s filter', async () => {
     const mine = await subscribeToTopic(became, 'subject=Patient/7');
-    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [encounter('of-7', 'finished', 'Patient/7'), encounter('of-8', 'finished', 'Patient/8')]);
+    await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, [
+      encounter('of-7', 'finished', 'Patient/7'),
+      encounter('of-8', 'finished', 'Patient/8'),
+    ]);
     expect(await events(mine)).toEqual([['of-7', 1, false]]);
   });
 
@@ -156,7 +177,14 @@ describe('previous and current, against the search oracle', () => {
     { ...became, resultForCreate: 'test-fails' },
     { ...became, requireBoth: false },
     { interactions: ['update', 'delete'], previous: 'status=finished', current: 'status:not=finished', resultForDelete: 'test-passes', requireBoth: true },
-    { interactions: ['create', 'update', 'delete'], previous: 'status=in-progress', resultForCreate: 'test-fails', current: 'status=finished,cancelled', resultForDelete: 'test-fails', requireBoth: false },
+    {
+      interactions: ['create', 'update', 'delete'],
+      previous: 'status=in-progress',
+      resultForCreate: 'test-fails',
+      current: 'status=finished,cancelled',
+      resultForDelete: 'test-fails',
+      requireBoth: false,
+    },
     { interactions: ['delete'], current: 'status=finished', resultForDelete: 'test-passes' },
     { interactions: ['create', 'update'], current: 'status=arrived' },
     { interactions: ['update'] },
@@ -167,7 +195,9 @@ describe('previous and current, against the search oracle', () => {
     if (!trigger.interactions.includes(interaction)) return false;
     const test = (criteria: string | undefined, version: object | undefined, result: TestResult | undefined) =>
       criteria === undefined ? undefined : version === undefined ? result === 'test-passes' : matchesSearch(version, 'Encounter', criteria);
-    const results = [test(trigger.previous, previous, trigger.resultForCreate), test(trigger.current, current, trigger.resultForDelete)].filter((result) => result !== undefined);
+    const results = [test(trigger.previous, previous, trigger.resultForCreate), test(trigger.current, current, trigger.resultForDelete)].filter(
+      (result) => result !== undefined,
+    );
     if (results.length === 0) return true;
     return trigger.requireBoth === true ? results.every(Boolean) : results.some(Boolean);
   }
@@ -207,7 +237,10 @@ describe('previous and current, against the search oracle', () => {
         const existing = ids.filter((id) => stored.has(id));
         if (existing.length === 0) continue;
         const status = statuses[random(statuses.length)]!;
-        await database.pool.query(`UPDATE fhir.resources SET content = content || jsonb_build_object('status', $1::text) WHERE resource_type = 'Encounter' AND id = ANY($2)`, [status, existing]);
+        await database.pool.query(
+          `UPDATE fhir.resources SET content = content || jsonb_build_object('status', $1::text) WHERE resource_type = 'Encounter' AND id = ANY($2)`,
+          [status, existing],
+        );
         for (const id of existing) {
           const before = stored.get(id)!;
           const after = { ...before.content, status };

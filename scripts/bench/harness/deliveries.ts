@@ -11,16 +11,31 @@ export async function subscribe(bench: Bench, criteria: string[], under = '/s'):
   const paths = criteria.map(() => `${under}/${randomBytes(4).toString('hex')}`);
   const { id: apiKeyId } = await createApiKey(bench.database.db, 'bench');
   for (const [index, text] of criteria.entries()) {
-    await submitSubscription(bench.database.db, bench.context, {
-      resourceType: 'Subscription',
-      status: 'requested',
-      criteria: text,
-      reason: 'bench',
-      channel: { type: 'rest-hook', endpoint: `http://127.0.0.1:${bench.receiver.port}${paths[index]}`, payload: 'application/fhir+json', header: [`secret: ${secret}`] },
-    }, { apiKeyId, admin: true });
+    await submitSubscription(
+      bench.database.db,
+      bench.context,
+      {
+        resourceType: 'Subscription',
+        status: 'requested',
+        criteria: text,
+        reason: 'bench',
+        channel: {
+          type: 'rest-hook',
+          endpoint: `http://127.0.0.1:${bench.receiver.port}${paths[index]}`,
+          payload: 'application/fhir+json',
+          header: [`secret: ${secret}`],
+        },
+      },
+      { apiKeyId, admin: true },
+    );
   }
   await until(
-    async () => (await bench.database.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM webhook.subscriptions WHERE status = 'active' AND criteria = ANY($1)`, [criteria])).rows[0]!.n === criteria.length,
+    async () =>
+      (
+        await bench.database.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM webhook.subscriptions WHERE status = 'active' AND criteria = ANY($1)`, [
+          criteria,
+        ])
+      ).rows[0]!.n === criteria.length,
     30_000,
     'the handshakes',
   );

@@ -63,12 +63,23 @@ export async function withPeakRss<T>(row: () => Promise<T>): Promise<{ result: T
 const cliScript: string = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: { cli: string } }).scripts.cli;
 
 /** The dispatcher as the column runs it: one `worker` process, or one `serve` process (see withDispatcherProcesses). */
-export function withDispatcher<T>(url: string, receiver: BenchReceiver, body: (bench: Bench) => Promise<T>, kind: ProcessKind = 'worker', settings: Record<string, string> = {}): Promise<T> {
+export function withDispatcher<T>(
+  url: string,
+  receiver: BenchReceiver,
+  body: (bench: Bench) => Promise<T>,
+  kind: ProcessKind = 'worker',
+  settings: Record<string, string> = {},
+): Promise<T> {
   return withDispatcherProcesses(url, receiver, { kind, processes: 1, settings }, body);
 }
 
 /** How the bench stores subscriptions, as the API would. */
-const subscriptionContext: SubscriptionContext = { box: createSecretBox(secretsKey), baseUrl: 'http://localhost:8080', namingSystem: 'webhook', responseTimeoutMs: 15_000 };
+const subscriptionContext: SubscriptionContext = {
+  box: createSecretBox(secretsKey),
+  baseUrl: 'http://localhost:8080',
+  namingSystem: 'webhook',
+  responseTimeoutMs: 15_000,
+};
 
 /**
  * `processes` dispatcher processes of the kind given (`npm run cli -- worker`
@@ -94,7 +105,9 @@ export async function withDispatcherProcesses<T>(
     ...(port === undefined ? {} : { PORT: String(port), HOST: '127.0.0.1', BOOTSTRAP_API_KEY: apiKey, API_RATE_LIMIT_PER_MINUTE: '100000000' }),
     ...settings,
   };
-  const children = Array.from({ length: processes }, () => spawn('/bin/sh', ['-c', `${cliScript} ${kind}`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }));
+  const children = Array.from({ length: processes }, () =>
+    spawn('/bin/sh', ['-c', `${cliScript} ${kind}`], { env: environment, stdio: ['ignore', 'inherit', 'inherit'] }),
+  );
   const exited = children.map((child) => once(child, 'exit'));
   const pids = children.map((child) => child.pid!);
   for (const pid of pids) runningDispatchers.add(pid);
@@ -170,7 +183,12 @@ async function apiInThisProcess(database: DatabaseHandle): Promise<Api> {
   const { key } = await createApiKey(database.db, 'bench');
   return {
     postBundle: async (body) => {
-      const response = await app.inject({ method: 'POST', url: '/fhir/resources/Bundle', headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' }, payload: body });
+      const response = await app.inject({
+        method: 'POST',
+        url: '/fhir/resources/Bundle',
+        headers: { 'x-api-key': key, 'content-type': 'application/fhir+json' },
+        payload: body,
+      });
       if (response.statusCode !== 200) throw new Error(`the API answered ${response.statusCode}: ${response.body.slice(0, 300)}`);
     },
     close: () => app.close(),

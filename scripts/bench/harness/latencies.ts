@@ -6,7 +6,13 @@ import type { Bench, WrittenResource } from './dispatcher.ts';
 import type { Row } from './table.ts';
 
 /** Writes `resource(n)` for n = 1…`writes` at 100 per second, one resource per write: commit → receipt of each of its `matches` deliveries to `paths`. */
-export async function pacedLatencies(bench: Bench, paths: string[], matches: number, resource: (n: number) => WrittenResource, writes = 1_000): Promise<number[]> {
+export async function pacedLatencies(
+  bench: Bench,
+  paths: string[],
+  matches: number,
+  resource: (n: number) => WrittenResource,
+  writes = 1_000,
+): Promise<number[]> {
   const { acknowledged, latencies } = commitToReceipt(bench, paths);
   const started = wallNow();
   for (let n = 1; n <= writes; n++) {

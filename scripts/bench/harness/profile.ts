@@ -24,7 +24,10 @@ function machineTimes(): { busy: number; total: number } {
  * running, sampled every 100 ms from pg_stat_activity (wait events; "CPU"
  * when active with none).
  */
-export async function profiled<T>({ database, dispatchers, kind }: Bench, work: () => Promise<T>): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined; dispatcherCpuSeconds: number } }> {
+export async function profiled<T>(
+  { database, dispatchers, kind }: Bench,
+  work: () => Promise<T>,
+): Promise<{ result: T; profile: { text: string; databaseCpuSeconds: number | undefined; dispatcherCpuSeconds: number } }> {
   const url = database.connectionString;
   const databaseCpu = await meterDatabaseCpu(url);
   const sampler = new pg.Client({ connectionString: url, application_name: instrumentApplicationName });
@@ -73,8 +76,8 @@ export async function profiled<T>({ database, dispatchers, kind }: Bench, work: 
       .join('\n    ');
     const databaseCpuSeconds = await databaseCpu.stop();
     const text =
-      `the ${kind} process ${((cpu * 1000 / elapsedMs) * 100).toFixed(0)}% of a core, ` +
-      (databaseCpuSeconds === undefined ? '' : `the database's backends ${((databaseCpuSeconds * 1000 / elapsedMs) * 100).toFixed(0)}%, `) +
+      `the ${kind} process ${(((cpu * 1000) / elapsedMs) * 100).toFixed(0)}% of a core, ` +
+      (databaseCpuSeconds === undefined ? '' : `the database's backends ${(((databaseCpuSeconds * 1000) / elapsedMs) * 100).toFixed(0)}%, `) +
       `machine ${(busy * 100).toFixed(0)}% busy of ${cpus().length} cores; ` +
       `database sessions on average: ${sessions}; active statements on average:\n    ${busiest}`;
     return { result, profile: { text, databaseCpuSeconds, dispatcherCpuSeconds: cpu } };

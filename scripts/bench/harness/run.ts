@@ -10,8 +10,16 @@ export const options = new Command('npm run bench --')
   .option('--history <n>', 'settled events (and calls) the history row adds to the log', '1000000')
   .option('--outage-seconds <n>', 'how long the outage row keeps its 50 subscribers failing', '60')
   .option('--only <rows>', 'only the rows whose names start with these, comma-separated (the ceilings always run)')
-  .option('--servers <servers>', "embedded (a throwaway PostgreSQL of this package's), url (DATABASE_URL's), or both, comma-separated", process.env.DATABASE_URL ? 'embedded,url' : 'embedded')
-  .option('--processes <kinds>', 'worker (the dispatcher in `worker` processes), serve (API and workers in one process, as `npm start`), or both', 'worker,serve')
+  .option(
+    '--servers <servers>',
+    "embedded (a throwaway PostgreSQL of this package's), url (DATABASE_URL's), or both, comma-separated",
+    process.env.DATABASE_URL ? 'embedded,url' : 'embedded',
+  )
+  .option(
+    '--processes <kinds>',
+    'worker (the dispatcher in `worker` processes), serve (API and workers in one process, as `npm start`), or both',
+    'worker,serve',
+  )
   .parse()
   .opts<{ json?: boolean; rows: string; backlog: string; history: string; outageSeconds: string; only?: string; servers: string; processes: string }>();
 

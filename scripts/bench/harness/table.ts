@@ -40,7 +40,8 @@ export function withTargets(rows: Row[]): Row[] {
     ];
   });
   return [...rows, ...databaseCpuRows].map((row) => {
-    if (row.row.startsWith('drain') || row.row.startsWith('broad')) return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 2× the ceiling', met: row.figure >= 2 * ceiling };
+    if (row.row.startsWith('drain') || row.row.startsWith('broad'))
+      return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 2× the ceiling', met: row.figure >= 2 * ceiling };
     if (row.row.startsWith('fan-out') && drainRate !== undefined) {
       return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ drain', met: row.figure >= drainRate };
     }
@@ -72,7 +73,11 @@ export function print(columns: Column[]): void {
   }
   const labels = [...new Set(columns.flatMap((column) => column.rows.map((row) => row.row)))];
   const cell = (row: Row | undefined) =>
-    row === undefined ? '' : [formatFigure(row), row.ratioToCeiling === undefined ? '' : `(${row.ratioToCeiling.toFixed(2)}×)`, row.met === undefined ? '' : row.met ? '✓' : '✗'].filter(Boolean).join(' ');
+    row === undefined
+      ? ''
+      : [formatFigure(row), row.ratioToCeiling === undefined ? '' : `(${row.ratioToCeiling.toFixed(2)}×)`, row.met === undefined ? '' : row.met ? '✓' : '✗']
+          .filter(Boolean)
+          .join(' ');
   const table = [
     ['row', ...columns.map((column) => `${column.server}, ${column.kind}`), 'target'],
     ...labels.map((label) => {
@@ -81,12 +86,21 @@ export function print(columns: Column[]): void {
     }),
   ];
   const widths = table[0]!.map((_, index) => Math.max(...table.map((line) => line[index]!.length)));
-  console.log('(figure, its ratio to the same column\'s graphile-worker ceiling, ✓ target met, ✗ not met)');
-  for (const line of table) console.log(line.map((text, index) => text.padEnd(widths[index]!)).join('  ').trimEnd());
+  console.log("(figure, its ratio to the same column's graphile-worker ceiling, ✓ target met, ✗ not met)");
+  for (const line of table)
+    console.log(
+      line
+        .map((text, index) => text.padEnd(widths[index]!))
+        .join('  ')
+        .trimEnd(),
+    );
   for (const column of columns) {
     console.log(`\n${column.server}, ${column.kind}:`);
     for (const row of column.rows) {
-      const details = [row.checks, row.peakRssMiB === undefined ? undefined : `peak RSS of the ${column.kind} process${/^\d/.test(row.row) ? 'es' : ''} ${row.peakRssMiB.toFixed(0)} MiB`].filter((detail) => detail !== undefined);
+      const details = [
+        row.checks,
+        row.peakRssMiB === undefined ? undefined : `peak RSS of the ${column.kind} process${/^\d/.test(row.row) ? 'es' : ''} ${row.peakRssMiB.toFixed(0)} MiB`,
+      ].filter((detail) => detail !== undefined);
       if (details.length > 0) console.log(`  ${row.row.split(':')[0]}: ${details.join('; ')}`);
     }
   }

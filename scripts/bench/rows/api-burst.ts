@@ -22,5 +22,9 @@ export async function apiBurst(bench: Bench): Promise<Row> {
   }
   await until(async () => received.size === total, 120_000, `${total} API deliveries`);
   await api.close();
-  return { row: `API burst: ${total.toLocaleString('en-US')} resources in transaction Bundles of ${size}, first write → last delivery`, figure: total / ((last - started) / 1000), unit: 'deliveries/s' };
+  return {
+    row: `API burst: ${total.toLocaleString('en-US')} resources in transaction Bundles of ${size}, first write → last delivery`,
+    figure: total / ((last - started) / 1000),
+    unit: 'deliveries/s',
+  };
 }

@@ -28,10 +28,12 @@ export async function backlog(url: string, receiver: BenchReceiver, events: numb
   const left = await withDispatcher(url, receiver, async () => {
     await until(async () => seen.size === events, 120_000 + events * 10, `${events} backlog deliveries`);
     const unsettled = async () =>
-      (await writer.query<{ n: number }>(
-        `SELECT (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int
+      (
+        await writer.query<{ n: number }>(
+          `SELECT (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int
               + (SELECT count(*) FROM graphile_worker.jobs)::int AS n`,
-      )).rows[0]!.n;
+        )
+      ).rows[0]!.n;
     await until(async () => (await unsettled()) === 0, 30_000, 'no pending event and an empty queue').catch(() => undefined);
     return unsettled();
   });

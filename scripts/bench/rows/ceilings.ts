@@ -24,7 +24,11 @@ export async function graphileWorkerCeiling(url: string, jobs: number): Promise<
       [jobs],
     );
     const committed = wallNow();
-    await until(async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker.jobs')).rows[0]!.n === 0, 120_000, 'the no-op jobs');
+    await until(
+      async () => (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM graphile_worker.jobs')).rows[0]!.n === 0,
+      120_000,
+      'the no-op jobs',
+    );
     const rate = jobs / ((wallNow() - committed) / 1000);
     return { row: 'ceiling: graphile-worker no-op jobs, concurrency 10', figure: rate, unit: 'jobs/s', ...perThousand(await databaseCpu.stop(), jobs) };
   } finally {
@@ -44,7 +48,12 @@ export async function receiverCapacity(receiver: BenchReceiver, posts: number): 
     Array.from({ length: 16 }, async () => {
       while (sent < posts) {
         sent++;
-        const response = await request(`http://127.0.0.1:${receiver.port}/capacity`, { method: 'POST', body, dispatcher: agent, headers: { 'content-type': 'application/fhir+json' } });
+        const response = await request(`http://127.0.0.1:${receiver.port}/capacity`, {
+          method: 'POST',
+          body,
+          dispatcher: agent,
+          headers: { 'content-type': 'application/fhir+json' },
+        });
         await response.body.dump();
       }
     }),

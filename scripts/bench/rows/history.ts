@@ -17,7 +17,13 @@ export async function historyCost(bench: Bench, settled: number): Promise<Row> {
   const system = 'http://bench.example/history';
   const criteria = Array.from({ length: 101 }, (_, n) => `Encounter?identifier=${system}|${n}`);
   const paths = await subscribe(bench, criteria);
-  const resource = (round: string) => (n: number) => ({ resourceType: 'Encounter', id: `history-${round}-${n}`, status: 'planned', class: { code: 'AMB' }, identifier: [{ system, value: String(n % criteria.length) }] });
+  const resource = (round: string) => (n: number) => ({
+    resourceType: 'Encounter',
+    id: `history-${round}-${n}`,
+    status: 'planned',
+    class: { code: 'AMB' },
+    identifier: [{ system, value: String(n % criteria.length) }],
+  });
   const before = await pacedLatencies(bench, paths, 1, resource('before'), 3_000);
   const startedAt = wallNow();
   // Numbered after each subscription's last number, which then moves past them, as deliveries would have.

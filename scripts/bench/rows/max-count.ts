@@ -22,7 +22,8 @@ export async function topicDrain(bench: Bench, events: number): Promise<Row> {
   await addTopics(bench.database.db, [JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'))]);
   const single = await topicDrainRate(bench, events, undefined);
   const batched = await topicDrainRate(bench, events, 100);
-  const told = ({ rate, calls }: { rate: number; calls: number }) => `${Math.round(rate).toLocaleString('en-US')} events/s in ${calls.toLocaleString('en-US')} calls`;
+  const told = ({ rate, calls }: { rate: number; calls: number }) =>
+    `${Math.round(rate).toLocaleString('en-US')} events/s in ${calls.toLocaleString('en-US')} calls`;
   return {
     row: `max-count: a topic drain of ${events.toLocaleString('en-US')} events of one statement, max-count 100 vs 1`,
     figure: batched.rate / single.rate,
@@ -37,23 +38,32 @@ async function topicDrainRate(bench: Bench, events: number, maxCount: number | u
   const patient = `topic-drain-${maxCount ?? 1}`;
   const path = `/topic/${randomBytes(4).toString('hex')}`;
   const { id: apiKeyId } = await createApiKey(bench.database.db, 'bench');
-  const { resource } = await submitSubscription(bench.database.db, bench.context, {
-    resourceType: 'Subscription',
-    status: 'requested',
-    criteria: 'http://example.org/topics/encounter-complete',
-    _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patient}` }] },
-    reason: 'bench',
-    channel: {
-      ...(maxCount === undefined ? {} : { extension: [{ url: `${ig}/backport-max-count`, valuePositiveInt: maxCount }] }),
-      type: 'rest-hook',
-      endpoint: `http://127.0.0.1:${bench.receiver.port}${path}`,
-      payload: 'application/fhir+json',
-      _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
-      header: [`secret: ${secret}`],
+  const { resource } = await submitSubscription(
+    bench.database.db,
+    bench.context,
+    {
+      resourceType: 'Subscription',
+      status: 'requested',
+      criteria: 'http://example.org/topics/encounter-complete',
+      _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patient}` }] },
+      reason: 'bench',
+      channel: {
+        ...(maxCount === undefined ? {} : { extension: [{ url: `${ig}/backport-max-count`, valuePositiveInt: maxCount }] }),
+        type: 'rest-hook',
+        endpoint: `http://127.0.0.1:${bench.receiver.port}${path}`,
+        payload: 'application/fhir+json',
+        _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+        header: [`secret: ${secret}`],
+      },
     },
-  }, { apiKeyId, admin: true });
+    { apiKeyId, admin: true },
+  );
   const id = (resource as { id: string }).id;
-  await until(async () => (await bench.database.pool.query(`SELECT 1 FROM webhook.subscriptions WHERE id = $1 AND status = 'active'`, [id])).rowCount === 1, 30_000, 'the handshake');
+  await until(
+    async () => (await bench.database.pool.query(`SELECT 1 FROM webhook.subscriptions WHERE id = $1 AND status = 'active'`, [id])).rowCount === 1,
+    30_000,
+    'the handshake',
+  );
   const seen = new Set<number>();
   let calls = 0;
   let duplicates = 0;

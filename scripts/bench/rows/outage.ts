@@ -24,16 +24,40 @@ export async function outage(url: string, receiver: BenchReceiver, kind: Process
     receiver,
     async (bench) => {
       const system = 'http://bench.example/outage';
-      const healthy = await subscribe(bench, Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`));
+      const healthy = await subscribe(
+        bench,
+        Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`),
+      );
       const failing = [
-        ...(await subscribe(bench, Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${n}`), '/flaky')),
-        ...(await subscribe(bench, Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${20 + n}`), '/stall')),
-        ...(await subscribe(bench, Array.from({ length: 10 }, (_, n) => `Encounter?identifier=${system}|f-${40 + n}`), '/slow')),
+        ...(await subscribe(
+          bench,
+          Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${n}`),
+          '/flaky',
+        )),
+        ...(await subscribe(
+          bench,
+          Array.from({ length: 20 }, (_, n) => `Encounter?identifier=${system}|f-${20 + n}`),
+          '/stall',
+        )),
+        ...(await subscribe(
+          bench,
+          Array.from({ length: 10 }, (_, n) => `Encounter?identifier=${system}|f-${40 + n}`),
+          '/slow',
+        )),
       ];
       let written = 0;
       const resource = (n: number) => {
         written += 1;
-        return { resourceType: 'Encounter', id: `outage-${written}`, status: 'planned', class: { code: 'AMB' }, identifier: [{ system, value: `h-${n % healthy.length}` }, { system, value: `f-${n % failing.length}` }] };
+        return {
+          resourceType: 'Encounter',
+          id: `outage-${written}`,
+          status: 'planned',
+          class: { code: 'AMB' },
+          identifier: [
+            { system, value: `h-${n % healthy.length}` },
+            { system, value: `f-${n % failing.length}` },
+          ],
+        };
       };
       const phase = async (seconds: number) => {
         const writes = seconds * 100;
@@ -54,7 +78,10 @@ export async function outage(url: string, receiver: BenchReceiver, kind: Process
          FROM webhook.delivery_attempts WHERE started_at >= $1`,
         [outageStarted],
       );
-      await switchOff(bench, [...Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`), ...Array.from({ length: 50 }, (_, n) => `Encounter?identifier=${system}|f-${n}`)]);
+      await switchOff(bench, [
+        ...Array.from({ length: 200 }, (_, n) => `Encounter?identifier=${system}|h-${n}`),
+        ...Array.from({ length: 50 }, (_, n) => `Encounter?identifier=${system}|f-${n}`),
+      ]);
       const p99 = (latencies: number[]) => percentile(latencies, 0.99);
       const ratio = p99(during.latencies) / p99(before.latencies);
       const calls = rows[0]!;

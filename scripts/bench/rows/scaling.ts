@@ -14,7 +14,10 @@ export async function scaling(url: string, receiver: BenchReceiver): Promise<Row
   const counts = [1, 2, 4, ...(cpus().length >= 8 ? [8] : [])];
   const rates = new Map<number, { rate: number; checks: string }>();
   for (const processes of counts) {
-    rates.set(processes, await withDispatcherProcesses(url, receiver, { kind: 'worker', processes }, (bench) => fanOutRate(bench, 16, 3_000, `scaling ${processes}`)));
+    rates.set(
+      processes,
+      await withDispatcherProcesses(url, receiver, { kind: 'worker', processes }, (bench) => fanOutRate(bench, 16, 3_000, `scaling ${processes}`)),
+    );
   }
   const one = rates.get(1)!.rate;
   return counts.slice(1).map((processes) => {

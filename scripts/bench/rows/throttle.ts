@@ -11,7 +11,10 @@ import type { Row } from '../harness/table.ts';
  */
 export async function throttled(bench: Bench, rate: number, throttledRows: number, drainRows: number): Promise<Row> {
   const [slowPath, fastPath] = await subscribe(bench, ['Appointment?status=arrived', 'Appointment?status=fulfilled']);
-  await bench.database.pool.query(`UPDATE webhook.subscriptions SET max_calls_per_second = $1 WHERE criteria = 'Appointment?status=arrived' AND status = 'active'`, [rate]);
+  await bench.database.pool.query(
+    `UPDATE webhook.subscriptions SET max_calls_per_second = $1 WHERE criteria = 'Appointment?status=arrived' AND status = 'active'`,
+    [rate],
+  );
   const slow: number[] = [];
   const fast: number[] = [];
   bench.receiver.onReceipt((receipt) => {
@@ -28,7 +31,11 @@ export async function throttled(bench: Bench, rate: number, throttledRows: numbe
     );
   const started = wallNow();
   await Promise.all([write('arrived', throttledRows), write('fulfilled', drainRows)]);
-  await until(async () => slow.length >= throttledRows && fast.length >= drainRows, 60_000 + (throttledRows / rate) * 2000, 'the throttled and the drained deliveries');
+  await until(
+    async () => slow.length >= throttledRows && fast.length >= drainRows,
+    60_000 + (throttledRows / rate) * 2000,
+    'the throttled and the drained deliveries',
+  );
   const measured = (throttledRows - 1) / ((slow.at(-1)! - slow[0]!) / 1000);
   const drained = drainRows / ((Math.max(...fast) - started) / 1000);
   return {

@@ -48,7 +48,10 @@ export async function topicTriggerCost(url: string): Promise<Row> {
        RETURNING id`,
     );
     const one = await timeFinishing();
-    const { rows: recorded } = await writer.query<{ events: number }>(`SELECT count(*)::int AS events FROM webhook.subscription_events WHERE subscription_id = $1`, [subscription[0]!.id]);
+    const { rows: recorded } = await writer.query<{ events: number }>(
+      `SELECT count(*)::int AS events FROM webhook.subscription_events WHERE subscription_id = $1`,
+      [subscription[0]!.id],
+    );
     await writer.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = $1`, [subscription[0]!.id]);
     const exact = recorded[0]!.events === 3 * rows;
     return {

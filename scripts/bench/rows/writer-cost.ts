@@ -11,7 +11,15 @@ export async function writerCost(bench: Bench): Promise<Row> {
   const timeBundles = async () => {
     const times: number[] = [];
     for (let n = 0; n < bundles; n++) {
-      const body = transactionBundle(Array.from({ length: 250 }, () => ({ resourceType: 'Slot', status: 'free', schedule: { reference: 'Schedule/bench' }, start: '2026-01-01T09:00:00Z', end: '2026-01-01T09:15:00Z' })));
+      const body = transactionBundle(
+        Array.from({ length: 250 }, () => ({
+          resourceType: 'Slot',
+          status: 'free',
+          schedule: { reference: 'Schedule/bench' },
+          start: '2026-01-01T09:00:00Z',
+          end: '2026-01-01T09:15:00Z',
+        })),
+      );
       const started = wallNow();
       await api.postBundle(body);
       times.push(wallNow() - started);

@@ -130,7 +130,8 @@ function renderSubscriptions(subscriptions) {
 
 function renderDetail({ subscription, attempts, queued, websocketClients }) {
   $('#detail').hidden = false;
-  $('#detail-title').textContent = `${subscription.subscribedTo} → ${subscription.endpoint}${subscription.topic === null ? '' : `, latest event ${subscription.topic.lastEventNumber}`}`;
+  $('#detail-title').textContent =
+    `${subscription.subscribedTo} → ${subscription.endpoint}${subscription.topic === null ? '' : `, latest event ${subscription.topic.lastEventNumber}`}`;
   fill(
     $('#attempts'),
     attempts.map((attempt) => {
@@ -157,7 +158,15 @@ function renderDetail({ subscription, attempts, queued, websocketClients }) {
     $('#queued'),
     queued.map((work) => {
       const row = document.createElement('tr');
-      row.append(cell(work.task), cell(String(work.items)), cell(String(work.waiting)), cell(String(work.scheduled)), cell(String(work.running)), timeCell(work.waitingSince), timeCell(work.nextRunAt));
+      row.append(
+        cell(work.task),
+        cell(String(work.items)),
+        cell(String(work.waiting)),
+        cell(String(work.scheduled)),
+        cell(String(work.running)),
+        timeCell(work.waitingSince),
+        timeCell(work.nextRunAt),
+      );
       return row;
     }),
   );

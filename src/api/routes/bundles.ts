@@ -22,9 +22,17 @@ const bundleBody = z
       resourceType: 'Bundle',
       type: 'transaction',
       entry: [
-        { fullUrl: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a', resource: { resourceType: 'Patient', active: true }, request: { method: 'POST', url: 'Patient' } },
         {
-          resource: { resourceType: 'Appointment', status: 'booked', participant: [{ actor: { reference: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a' }, status: 'accepted' }] },
+          fullUrl: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a',
+          resource: { resourceType: 'Patient', active: true },
+          request: { method: 'POST', url: 'Patient' },
+        },
+        {
+          resource: {
+            resourceType: 'Appointment',
+            status: 'booked',
+            participant: [{ actor: { reference: 'urn:uuid:7f1c9a2e-0d4b-4c8e-9b6a-3e2f1d0c9b8a' }, status: 'accepted' }],
+          },
           request: { method: 'POST', url: 'Appointment' },
         },
       ],
@@ -42,7 +50,10 @@ function logSubscriptionChanges(log: FastifyBaseLogger, request: { entry: unknow
   for (const [index, answer] of answers.entries()) {
     const method = (request.entry[index] as { request?: { method?: string } } | undefined)?.request?.method;
     if (answer.resource?.resourceType !== 'Subscription' || method !== 'POST') continue;
-    log.info({ subscriptionId: answer.resource.id }, answer.response?.status?.startsWith('201') ? 'subscription created (requested)' : 'subscription switched off');
+    log.info(
+      { subscriptionId: answer.resource.id },
+      answer.response?.status?.startsWith('201') ? 'subscription created (requested)' : 'subscription switched off',
+    );
   }
 }
 
@@ -80,7 +91,9 @@ export const bundleRoutes: FastifyPluginAsyncZod<BundleRoutesOptions> = async (a
     async (request, reply) => {
       const processable = asProcessableBundle(request.body);
       if (processable === undefined) {
-        throw badRequest(`POST [base] takes a transaction or batch Bundle, not a ${JSON.stringify(request.body.type)} one: store other Bundles with POST /Bundle`);
+        throw badRequest(
+          `POST [base] takes a transaction or batch Bundle, not a ${JSON.stringify(request.body.type)} one: store other Bundles with POST /Bundle`,
+        );
       }
       return processed(request, reply, processable);
     },

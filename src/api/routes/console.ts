@@ -29,7 +29,8 @@ const page = Object.fromEntries(
 ) as Record<'index.html' | 'console.css' | 'console.js', string>;
 
 /** The page runs only its own script and style, talks only to this origin, and is never framed. */
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
+const contentSecurityPolicy =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; form-action 'none'; frame-ancestors 'none'; base-uri 'none'";
 
 const subscriptionSummary = z.object({
   id: z.string(),
@@ -45,9 +46,14 @@ const subscriptionSummary = z.object({
   reactivationHeldUntil: z
     .string()
     .nullable()
-    .describe('In error and held back by the flapping backoff: events before this instant (ISO 8601, UTC) do not reactivate it; null otherwise (the next event may)'),
+    .describe(
+      'In error and held back by the flapping backoff: events before this instant (ISO 8601, UTC) do not reactivate it; null otherwise (the next event may)',
+    ),
   createdAt: z.string(),
-  topic: z.object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() }).nullable().describe('A topic-based subscription: its filters, payload level and latest event number'),
+  topic: z
+    .object({ filters: z.array(z.string()), payloadContent: z.enum(payloadContents), lastEventNumber: z.number() })
+    .nullable()
+    .describe('A topic-based subscription: its filters, payload level and latest event number'),
   subscribedTo: z.string().describe('Its criteria, or its topic with filters and payload level, in one line'),
 });
 const attempt = z.object({
@@ -70,7 +76,15 @@ const websocketClient = z.object({
   server: z.string().describe('The API process that holds it (webhook.worker_pools)'),
   boundAt: z.string(),
 });
-const queued = z.object({ task: z.string(), items: z.number(), waiting: z.number(), scheduled: z.number(), running: z.number(), waitingSince: z.string().nullable(), nextRunAt: z.string().nullable() });
+const queued = z.object({
+  task: z.string(),
+  items: z.number(),
+  waiting: z.number(),
+  scheduled: z.number(),
+  running: z.number(),
+  waitingSince: z.string().nullable(),
+  nextRunAt: z.string().nullable(),
+});
 
 /**
  * The delivery console (`/console`): a read-only page of the subscriptions,
@@ -82,7 +96,9 @@ const queued = z.object({ task: z.string(), items: z.number(), waiting: z.number
  */
 export const consolePage: FastifyPluginAsync = async (app) => {
   const file = (url: string, name: keyof typeof page, type: string) =>
-    app.get(url, { schema: { hide: true } }, async (_request, reply) => reply.type(type).header('content-security-policy', contentSecurityPolicy).send(page[name]));
+    app.get(url, { schema: { hide: true } }, async (_request, reply) =>
+      reply.type(type).header('content-security-policy', contentSecurityPolicy).send(page[name]),
+    );
   file('/console', 'index.html', 'text/html; charset=utf-8');
   file('/console/console.css', 'console.css', 'text/css; charset=utf-8');
   file('/console/console.js', 'console.js', 'text/javascript; charset=utf-8');
@@ -125,7 +141,10 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
             subscription: subscriptionSummary,
             attempts: z.array(attempt),
             queued: z.array(queued),
-            websocketClients: z.array(websocketClient).nullable().describe('A websocket subscription: the clients bound to it now, whichever API process holds them; null for a rest-hook one'),
+            websocketClients: z
+              .array(websocketClient)
+              .nullable()
+              .describe('A websocket subscription: the clients bound to it now, whichever API process holds them; null for a rest-hook one'),
           }),
           ...commonRefusals,
           404: operationOutcome,
@@ -137,7 +156,11 @@ export const consoleData: FastifyPluginAsyncZod<ConsoleDataOptions> = async (api
       const subscription = z.uuid().safeParse(id).success ? await findSubscription(db, id, callerOf(request)) : undefined;
       if (subscription === undefined) throw notFound(`Subscription/${id} is not known`);
       const attempts = (await recentAttempts(db, id, 50)).map((call) => ({ ...call, startedAt: call.startedAt.toISOString() }));
-      const work = (await queuedWork(db, id)).map((item) => ({ ...item, waitingSince: item.waitingSince?.toISOString() ?? null, nextRunAt: item.nextRunAt?.toISOString() ?? null }));
+      const work = (await queuedWork(db, id)).map((item) => ({
+        ...item,
+        waitingSince: item.waitingSince?.toISOString() ?? null,
+        nextRunAt: item.nextRunAt?.toISOString() ?? null,
+      }));
       return { subscription: summaryJson(subscription), attempts, queued: work, websocketClients: await connectedClients(db, id) };
     },
   );

@@ -9,7 +9,15 @@ export type HealthRoutesOptions = { pool: pg.Pool };
 export const healthRoutes: FastifyPluginAsync<HealthRoutesOptions> = async (app, { pool }) => {
   app.get(
     '/healthz',
-    { schema: { summary: 'Liveness: the process answers', tags: ['Server'], operationId: 'liveness', security: [], response: { 200: z.object({ status: z.literal('ok') }) } } },
+    {
+      schema: {
+        summary: 'Liveness: the process answers',
+        tags: ['Server'],
+        operationId: 'liveness',
+        security: [],
+        response: { 200: z.object({ status: z.literal('ok') }) },
+      },
+    },
     async () => ({ status: 'ok' }),
   );
 
@@ -23,7 +31,9 @@ export const healthRoutes: FastifyPluginAsync<HealthRoutesOptions> = async (app,
         security: [],
         response: {
           200: z.object({ status: z.literal('ready') }),
-          503: z.object({ status: z.literal('not ready'), reason: z.string(), pending: z.array(z.string()).optional() }).describe('Not ready: the database is unreachable, or migrations are pending'),
+          503: z
+            .object({ status: z.literal('not ready'), reason: z.string(), pending: z.array(z.string()).optional() })
+            .describe('Not ready: the database is unreachable, or migrations are pending'),
         },
       },
     },

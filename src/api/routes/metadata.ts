@@ -31,10 +31,17 @@ export const metadataRoutes: FastifyPluginAsync<MetadataRoutesOptions> = async (
     rest: [
       {
         // Where a websocket subscription's clients connect (the IG's websocket flow; $get-ws-binding-token answers it too).
-        extension: [{ url: 'http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket', valueUri: websocketUrl(serviceBase.replace(/\/fhir\/resources$/, '')) }],
+        extension: [
+          {
+            url: 'http://hl7.org/fhir/StructureDefinition/capabilitystatement-websocket',
+            valueUri: websocketUrl(serviceBase.replace(/\/fhir\/resources$/, '')),
+          },
+        ],
         mode: 'server',
         security: { description: 'Every request carries an API key in the x-api-key header.' },
-        resource: [...resourceTypes].sort().map((type) => (type === 'Subscription' ? subscriptionCapabilities(serviceBase, []) : storedResourceCapabilities(type))),
+        resource: [...resourceTypes]
+          .sort()
+          .map((type) => (type === 'Subscription' ? subscriptionCapabilities(serviceBase, []) : storedResourceCapabilities(type))),
         interaction: ['transaction', 'batch', 'history-system'].map((code) => ({ code })),
         searchParam: [
           { name: '_has', type: 'special', documentation: 'Reverse chaining, one level: _has:Type:reference:parameter=value (also in subscription criteria).' },

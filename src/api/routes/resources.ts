@@ -34,7 +34,10 @@ const notKnown = operationOutcome.describe('No such resource (or type)');
 const tooLarge = operationOutcome.describe('The body is over 10 MiB');
 const ifMatchHeaders = z.object({ 'if-match': z.string().optional().describe('W/"<versionId>": write only if this is the current version') });
 const createHeaders = z.object({
-  'if-none-exist': z.string().optional().describe('Conditional create: search parameters (identifier=system|value); when one resource matches, it is returned and nothing is created'),
+  'if-none-exist': z
+    .string()
+    .optional()
+    .describe('Conditional create: search parameters (identifier=system|value); when one resource matches, it is returned and nothing is created'),
 });
 const conditionQuery = z.looseObject({}).describe('The condition: search parameters that select one resource (identifier=system|value)');
 const severalMatch = operationOutcome.describe('The condition selects more than one resource (multiple-matches)');
@@ -42,11 +45,19 @@ const severalMatch = operationOutcome.describe('The condition selects more than 
 const jsonPatch = z
   .unknown()
   .describe('A JSON Patch (RFC 6902): an array of operations (add, remove, replace, move, copy, test), sent as application/json-patch+json')
-  .meta({ example: [{ op: 'test', path: '/active', value: true }, { op: 'replace', path: '/active', value: false }] });
+  .meta({
+    example: [
+      { op: 'test', path: '/active', value: true },
+      { op: 'replace', path: '/active', value: false },
+    ],
+  });
 const unprocessable = operationOutcome.describe('The patch cannot apply: a test operation failed, or a path is not in the resource');
 const historyQuery = z.looseObject({
   _since: z.string().optional().describe('Only versions written at or after this instant (2026-01-02T03:04:05Z)'),
-  _count: z.string().optional().describe(`Versions per page, 1-${maxHistoryCount.toLocaleString('en')} (default ${defaultHistoryCount})`),
+  _count: z
+    .string()
+    .optional()
+    .describe(`Versions per page, 1-${maxHistoryCount.toLocaleString('en')} (default ${defaultHistoryCount})`),
   _page_token: z.string().optional().describe("The next or previous link's token"),
 });
 
@@ -81,7 +92,10 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
       assertResourceType(type);
       assertResourceBody(type, request.body);
       const ifNoneExist = request.headers['if-none-exist'];
-      const result = ifNoneExist === undefined ? await createResource(db, type, request.body) : await conditionalCreate(db, type, request.body, conditionOf(type, ifNoneExist));
+      const result =
+        ifNoneExist === undefined
+          ? await createResource(db, type, request.body)
+          : await conditionalCreate(db, type, request.body, conditionOf(type, ifNoneExist));
       return sendVersion(reply, result.created ? 201 : 200, result, { serviceBase, location: true });
     },
   );
@@ -102,7 +116,9 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
           ...commonRefusals,
           404: unknownType,
           409: operationOutcome.describe("Nothing matched, and the body's id is another resource's: not overwritten"),
-          412: operationOutcome.describe('The condition selects more than one resource (multiple-matches), or If-Match names a version that is not the current one'),
+          412: operationOutcome.describe(
+            'The condition selects more than one resource (multiple-matches), or If-Match names a version that is not the current one',
+          ),
           413: tooLarge,
         },
       },
@@ -111,7 +127,9 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
       const { type } = request.params;
       assertResourceType(type);
       assertResourceBody(type, request.body);
-      const result = await conditionalUpdate(db, type, request.body, requiredCondition(request.url, `PUT ${type}`), { ifMatch: optionalIfMatch(request.headers['if-match']) });
+      const result = await conditionalUpdate(db, type, request.body, requiredCondition(request.url, `PUT ${type}`), {
+        ifMatch: optionalIfMatch(request.headers['if-match']),
+      });
       return sendVersion(reply, result.created ? 201 : 200, result, { serviceBase, location: true });
     },
   );
@@ -125,7 +143,12 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         params: typeParams,
         querystring: conditionQuery,
         headers: ifMatchHeaders,
-        response: { 204: z.undefined().describe("Deleted (ETag names the deletion's version), or nothing matched (no ETag)"), ...commonRefusals, 404: unknownType, 412: severalMatch },
+        response: {
+          204: z.undefined().describe("Deleted (ETag names the deletion's version), or nothing matched (no ETag)"),
+          ...commonRefusals,
+          404: unknownType,
+          412: severalMatch,
+        },
       },
     },
     async (request, reply) => {
@@ -146,14 +169,25 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         params: instanceParams,
         headers: ifMatchHeaders,
         body: jsonPatch,
-        response: { 200: resource.describe('Patched: the new version'), ...commonRefusals, 404: notKnown, 410: operationOutcome.describe('Deleted'), 412: operationOutcome.describe('If-Match names a version that is not the current one'), 415: operationOutcome.describe('Not a JSON Patch (FHIRPath Patch is not supported)'), 422: unprocessable },
+        response: {
+          200: resource.describe('Patched: the new version'),
+          ...commonRefusals,
+          404: notKnown,
+          410: operationOutcome.describe('Deleted'),
+          412: operationOutcome.describe('If-Match names a version that is not the current one'),
+          415: operationOutcome.describe('Not a JSON Patch (FHIRPath Patch is not supported)'),
+          422: unprocessable,
+        },
       },
     },
     async (request, reply) => {
       const { type, id } = request.params;
       checkInstance(type, id);
       const operations = jsonPatchOf(request.headers['content-type'], request.body);
-      return sendVersion(reply, 200, await patchResource(db, type, id, operations, optionalIfMatch(request.headers['if-match'])), { serviceBase, location: true });
+      return sendVersion(reply, 200, await patchResource(db, type, id, operations, optionalIfMatch(request.headers['if-match'])), {
+        serviceBase,
+        location: true,
+      });
     },
   );
 
@@ -168,14 +202,27 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         querystring: conditionQuery,
         headers: ifMatchHeaders,
         body: jsonPatch,
-        response: { 200: resource.describe('Patched: the new version'), ...commonRefusals, 404: notKnown, 412: severalMatch, 415: operationOutcome.describe('Not a JSON Patch'), 422: unprocessable },
+        response: {
+          200: resource.describe('Patched: the new version'),
+          ...commonRefusals,
+          404: notKnown,
+          412: severalMatch,
+          415: operationOutcome.describe('Not a JSON Patch'),
+          422: unprocessable,
+        },
       },
     },
     async (request, reply) => {
       const { type } = request.params;
       assertResourceType(type);
       const operations = jsonPatchOf(request.headers['content-type'], request.body);
-      const patched = await conditionalPatch(db, type, operations, requiredCondition(request.url, `PATCH ${type}`), optionalIfMatch(request.headers['if-match']));
+      const patched = await conditionalPatch(
+        db,
+        type,
+        operations,
+        requiredCondition(request.url, `PATCH ${type}`),
+        optionalIfMatch(request.headers['if-match']),
+      );
       return sendVersion(reply, 200, patched, { serviceBase, location: true });
     },
   );
@@ -187,7 +234,12 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         summary: 'Read a resource (its current version)',
         ...fhirOperation('Resources', 'readResource'),
         params: instanceParams,
-        response: { 200: resource.describe('The current version; ETag and Last-Modified headers'), ...commonRefusals, 404: notKnown, 410: operationOutcome.describe('Deleted') },
+        response: {
+          200: resource.describe('The current version; ETag and Last-Modified headers'),
+          ...commonRefusals,
+          404: notKnown,
+          410: operationOutcome.describe('Deleted'),
+        },
       },
     },
     async (request, reply) => {
@@ -234,7 +286,12 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
         ...fhirOperation('Resources', 'deleteResource'),
         params: instanceParams,
         headers: ifMatchHeaders,
-        response: { 204: z.undefined().describe("Deleted (or already deleted); ETag names the deletion's version"), ...commonRefusals, 404: notKnown, 412: operationOutcome.describe('If-Match names a version that is not the current one') },
+        response: {
+          204: z.undefined().describe("Deleted (or already deleted); ETag names the deletion's version"),
+          ...commonRefusals,
+          404: notKnown,
+          412: operationOutcome.describe('If-Match names a version that is not the current one'),
+        },
       },
     },
     async (request, reply) => {
@@ -251,12 +308,20 @@ export const resourceRoutes: FastifyPluginAsyncZod<ResourceRoutesOptions> = asyn
     const page = await readHistoryPage(db, scope, parseHistoryQuery(rawQuery));
     return reply.type(fhirJson).send(historyBundle(page, historyUrl(serviceBase, scope), rawQuery, serviceBase));
   };
-  const historyResponses = { 200: bundle.describe('A history Bundle, newest first; deletions are entries without a resource; next and previous links'), ...commonRefusals };
+  const historyResponses = {
+    200: bundle.describe('A history Bundle, newest first; deletions are entries without a resource; next and previous links'),
+    ...commonRefusals,
+  };
 
   app.get(
     '/_history',
     {
-      schema: { summary: 'History of every resource (system history), newest version first', ...fhirOperation('Resources', 'readSystemHistory'), querystring: historyQuery, response: historyResponses },
+      schema: {
+        summary: 'History of every resource (system history), newest version first',
+        ...fhirOperation('Resources', 'readSystemHistory'),
+        querystring: historyQuery,
+        response: historyResponses,
+      },
     },
     async (request, reply) => history({}, request, reply),
   );
@@ -325,18 +390,22 @@ function optionalIfMatch(header: string | undefined): number | undefined {
   return header === undefined ? undefined : parseIfMatch(header);
 }
 
-
 /** The condition of a conditional update, delete or patch: the URL's query, which must name one. */
 function requiredCondition(url: string, interaction: string): string {
   const condition = rawQueryOf(url);
-  if (condition === '') throw badRequest(`${interaction} needs search parameters that select one resource (${interaction}?identifier=system|value), or an id (${interaction}/id)`);
+  if (condition === '')
+    throw badRequest(`${interaction} needs search parameters that select one resource (${interaction}?identifier=system|value), or an id (${interaction}/id)`);
   return condition;
 }
 
 /** The JSON Patch of a PATCH request: only application/json-patch+json is taken (not FHIRPath Patch, a Parameters body). */
 function jsonPatchOf(contentType: string | undefined, body: unknown) {
   if (!contentType?.toLowerCase().startsWith(jsonPatchMediaType)) {
-    throw new FhirError(415, 'not-supported', `PATCH takes a JSON Patch as ${jsonPatchMediaType}, not ${contentType ?? 'no Content-Type'} (FHIRPath Patch is not supported)`);
+    throw new FhirError(
+      415,
+      'not-supported',
+      `PATCH takes a JSON Patch as ${jsonPatchMediaType}, not ${contentType ?? 'no Content-Type'} (FHIRPath Patch is not supported)`,
+    );
   }
   return asJsonPatch(body);
 }

@@ -13,7 +13,11 @@ import { linkWithPageToken, pairsWithoutPageToken, rawQueryOf } from '../raw-que
 export type SearchRoutesOptions = { db: Db; serviceBase: string };
 
 /** A query parameter given once or repeated (parameters repeated are ANDed). */
-const parameter = (description: string) => z.union([z.string(), z.array(z.string())]).optional().describe(description);
+const parameter = (description: string) =>
+  z
+    .union([z.string(), z.array(z.string())])
+    .optional()
+    .describe(description);
 
 /**
  * The search parameters every type has, for the description; every R4
@@ -88,7 +92,6 @@ export const searchRoutes: FastifyPluginAsync<SearchRoutesOptions> = async (app,
   );
 };
 
-
 /**
  * The searchset Bundle of one page. Its self link is the search as run: the
  * parameters used, without those left out under `Prefer: handling=lenient`
@@ -121,7 +124,11 @@ function searchsetBundle(page: SearchPage, query: SearchQuery, searchUrl: string
           {
             resource: {
               resourceType: 'OperationOutcome',
-              issue: query.ignored.map(({ parameter, reason }) => ({ severity: 'warning', code: 'not-supported', details: { text: `${parameter}: ${reason}` } })),
+              issue: query.ignored.map(({ parameter, reason }) => ({
+                severity: 'warning',
+                code: 'not-supported',
+                details: { text: `${parameter}: ${reason}` },
+              })),
             },
             search: { mode: 'outcome' },
           },

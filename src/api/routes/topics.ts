@@ -38,8 +38,20 @@ const basicExample = {
         },
       ],
     },
-    { url: topicElement('canFilterBy'), extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'filterParameter', valueString: 'patient' }] },
-    { url: topicElement('notificationShape'), extension: [{ url: 'resource', valueUri: 'Encounter' }, { url: 'include', valueString: 'Encounter:patient' }] },
+    {
+      url: topicElement('canFilterBy'),
+      extension: [
+        { url: 'resource', valueUri: 'Encounter' },
+        { url: 'filterParameter', valueString: 'patient' },
+      ],
+    },
+    {
+      url: topicElement('notificationShape'),
+      extension: [
+        { url: 'resource', valueUri: 'Encounter' },
+        { url: 'include', valueString: 'Encounter:patient' },
+      ],
+    },
   ],
   modifierExtension: [
     { url: topicOnR4.artifactStatus, valueCode: 'active' },
@@ -52,7 +64,7 @@ const asBasic =
   "R4 has no SubscriptionTopic type, and /SubscriptionTopic is this service's own discovery path. A topic is served as the Backport IG's R4 " +
   'representation of one: a Basic with code fhir-types#SubscriptionTopic, meta.profile profile-SubscriptionTopic, the canonical URL in the ' +
   'artifact-url and extension-SubscriptionTopic.url extensions, the status (retired once the operator retired it) in the artifact-status and ' +
-  'extension-SubscriptionTopic.status modifierExtensions, and the R5 definition\'s ' +
+  "extension-SubscriptionTopic.status modifierExtensions, and the R5 definition's " +
   'other elements as extension-SubscriptionTopic.<element> extensions (docs/topics.md). npm run cli -- topics list lists the topics from their R5 definitions.';
 
 /**
@@ -79,7 +91,8 @@ export const topicRoutes: FastifyPluginAsync<TopicRoutesOptions> = async (app, {
     },
     async (request, reply) => {
       const topics = (await listTopics(db)).filter(
-        (topic) => (request.query.url === undefined || topic.url === request.query.url) && (request.query.status === undefined || topic.status === request.query.status),
+        (topic) =>
+          (request.query.url === undefined || topic.url === request.query.url) && (request.query.status === undefined || topic.status === request.query.status),
       );
       return reply.type(fhirJson).send({
         resourceType: 'Bundle',
@@ -87,7 +100,15 @@ export const topicRoutes: FastifyPluginAsync<TopicRoutesOptions> = async (app, {
         type: 'searchset',
         total: topics.length,
         // FHIR JSON has no empty arrays: no topic, no entry.
-        ...(topics.length === 0 ? {} : { entry: topics.map((topic) => ({ fullUrl: `${serviceBase}/SubscriptionTopic/${topic.id}`, resource: topicAsBasic(topic), search: { mode: 'match' } })) }),
+        ...(topics.length === 0
+          ? {}
+          : {
+              entry: topics.map((topic) => ({
+                fullUrl: `${serviceBase}/SubscriptionTopic/${topic.id}`,
+                resource: topicAsBasic(topic),
+                search: { mode: 'match' },
+              })),
+            }),
       });
     },
   );
@@ -100,7 +121,11 @@ export const topicRoutes: FastifyPluginAsync<TopicRoutesOptions> = async (app, {
         description: asBasic,
         ...fhirOperation('Subscriptions', 'readSubscriptionTopic'),
         params: z.object({ id: z.string().describe("The topic's id (its entry's fullUrl in the search)") }),
-        response: { 200: resource.describe('A Basic representing the topic (profile-SubscriptionTopic)').meta({ example: basicExample }), ...commonRefusals, 404: operationOutcome.describe('Not known') },
+        response: {
+          200: resource.describe('A Basic representing the topic (profile-SubscriptionTopic)').meta({ example: basicExample }),
+          ...commonRefusals,
+          404: operationOutcome.describe('Not known'),
+        },
       },
     },
     async (request, reply) => {

@@ -41,7 +41,11 @@ export async function registerWebsocketRoutes(app: FastifyInstance, { server, ma
     schema: { hide: true },
     // A plain GET (no upgrade): told where it is, as every refusal is, in an OperationOutcome.
     handler: async () => {
-      throw new FhirError(426, 'not-supported', `${websocketPath} is the websocket channel's endpoint: connect with a websocket client, then send bind-with-token <token> (a token from $get-ws-binding-token)`);
+      throw new FhirError(
+        426,
+        'not-supported',
+        `${websocketPath} is the websocket channel's endpoint: connect with a websocket client, then send bind-with-token <token> (a token from $get-ws-binding-token)`,
+      );
     },
     wsHandler: (socket, request) => server.accept(socket, request.ip),
   });

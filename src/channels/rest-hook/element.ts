@@ -84,7 +84,10 @@ export function secretValueProblem(value: string): string | undefined {
 
 /** The values of the `secret` headers among channel.header items (each item valid). */
 export function secretHeaderValues(items: readonly string[]): string[] {
-  return items.map((item) => headerPattern.exec(item)!).filter((match) => match[1]!.toLowerCase() === 'secret').map((match) => match[2]!);
+  return items
+    .map((item) => headerPattern.exec(item)!)
+    .filter((match) => match[1]!.toLowerCase() === 'secret')
+    .map((match) => match[2]!);
 }
 
 function isHttpUrl(text: string): boolean {

@@ -180,7 +180,10 @@ export async function postWebhook(endpoint: string, body: Buffer, headers: [stri
       body,
       headers: headers.flat(),
       dispatcher: options.dispatcher,
-      signal: options.signal === undefined ? AbortSignal.timeout(options.responseTimeoutMs) : AbortSignal.any([AbortSignal.timeout(options.responseTimeoutMs), options.signal]),
+      signal:
+        options.signal === undefined
+          ? AbortSignal.timeout(options.responseTimeoutMs)
+          : AbortSignal.any([AbortSignal.timeout(options.responseTimeoutMs), options.signal]),
     });
     // A receiver that echoes its request must not put our headers' values (a secret, a token) into the attempt record.
     const excerpt = redacted(await readExcerpt(response.body), sentSecrets(headers));
@@ -232,7 +235,9 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown })
   }
   body.destroy();
   if (length === 0) return undefined;
-  return Buffer.concat(chunks).subarray(0, excerptLimit + excerptMargin).toString('utf8');
+  return Buffer.concat(chunks)
+    .subarray(0, excerptLimit + excerptMargin)
+    .toString('utf8');
 }
 
 /** The values of the headers sent that could be secrets (all but ours and the trivially short), and a bearer token alone. */
@@ -250,7 +255,6 @@ function redacted(text: string | undefined, secrets: readonly string[]): string 
   const clean = secrets.reduce((result, secret) => result.replaceAll(secret, '[redacted]'), text);
   return clean.slice(0, excerptLimit);
 }
-
 
 /** Retry-After as seconds from now: a number of seconds or an HTTP date. */
 function parseRetryAfter(value: string | string[] | undefined): number | undefined {

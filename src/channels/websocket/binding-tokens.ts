@@ -37,7 +37,10 @@ export async function issueBindingToken(
   const token = `fwt_${randomBytes(32).toString('base64url')}`;
   const expiresAt = new Date(Date.now() + lifetimeSeconds * 1000);
   // Tokens a day past their expiry go as new ones come: until then a late bind is told its token expired.
-  await db.deleteFrom('webhook.websocket_binding_tokens').where('expires_at', '<', sql<Date>`now() - interval '1 day'`).execute();
+  await db
+    .deleteFrom('webhook.websocket_binding_tokens')
+    .where('expires_at', '<', sql<Date>`now() - interval '1 day'`)
+    .execute();
   await db
     .insertInto('webhook.websocket_binding_tokens')
     .values({ token_sha256: tokenDigest(token), api_key_id: caller.apiKeyId, subscription_ids: subscriptions, expires_at: expiresAt, used_at: null })
@@ -56,14 +59,21 @@ export async function issueBindingToken(
 /** The subscriptions named, each a websocket subscription the caller sees that is not off. */
 async function named(db: Db, caller: Caller, ids: string[]): Promise<string[]> {
   const wanted = [...new Set(ids)];
-  if (wanted.length > maxSubscriptionsPerToken) throw refusal(`A token binds at most ${maxSubscriptionsPerToken} subscriptions; ${wanted.length} ids were given`);
+  if (wanted.length > maxSubscriptionsPerToken)
+    throw refusal(`A token binds at most ${maxSubscriptionsPerToken} subscriptions; ${wanted.length} ids were given`);
   // An id that is not a UUID names no subscription.
   const uuids = wanted.filter(isUuid);
-  const rows = uuids.length === 0 ? [] : await visibleTo(db.selectFrom('webhook.subscriptions').select(['id', 'status', 'channel_type']), caller).where('id', 'in', uuids).execute();
+  const rows =
+    uuids.length === 0
+      ? []
+      : await visibleTo(db.selectFrom('webhook.subscriptions').select(['id', 'status', 'channel_type']), caller)
+          .where('id', 'in', uuids)
+          .execute();
   for (const id of wanted) {
     const row = rows.find((candidate) => candidate.id === id);
     if (row === undefined) throw notFound(`Subscription/${id} is not known`);
-    if (row.channel_type !== 'websocket') throw refusal(`Subscription/${id} has channel type ${row.channel_type}: a binding token is for websocket subscriptions`);
+    if (row.channel_type !== 'websocket')
+      throw refusal(`Subscription/${id} has channel type ${row.channel_type}: a binding token is for websocket subscriptions`);
     if (row.status === 'off') throw refusal(`Subscription/${id} is off: nothing is sent for it any more`);
   }
   return wanted;
@@ -77,8 +87,10 @@ async function allBindable(db: Db, caller: Caller): Promise<string[]> {
     .orderBy('created_at')
     .limit(maxSubscriptionsPerToken + 1)
     .execute();
-  if (rows.length === 0) throw refusal('This API key sees no websocket subscription that is not off: create one (channel.type websocket, on a topic), or name one with id');
-  if (rows.length > maxSubscriptionsPerToken) throw refusal(`This API key sees more than ${maxSubscriptionsPerToken} websocket subscriptions: name those to bind with id`);
+  if (rows.length === 0)
+    throw refusal('This API key sees no websocket subscription that is not off: create one (channel.type websocket, on a topic), or name one with id');
+  if (rows.length > maxSubscriptionsPerToken)
+    throw refusal(`This API key sees more than ${maxSubscriptionsPerToken} websocket subscriptions: name those to bind with id`);
   return rows.map((row) => row.id);
 }
 
@@ -106,7 +118,11 @@ export async function redeemBindingToken(db: Db, token: string): Promise<Redeeme
     if (row === undefined) return { refused: 'Unknown binding token: ask $get-ws-binding-token for one' };
     if (row.used_at !== null) return { refused: 'This binding token was used already: a token binds once; ask $get-ws-binding-token for another' };
     if (row.expired) return { refused: 'This binding token has expired: ask $get-ws-binding-token for another' };
-    await transaction.updateTable('webhook.websocket_binding_tokens').set({ used_at: sql<Date>`now()` }).where('token_sha256', '=', tokenDigest(token)).execute();
+    await transaction
+      .updateTable('webhook.websocket_binding_tokens')
+      .set({ used_at: sql<Date>`now()` })
+      .where('token_sha256', '=', tokenDigest(token))
+      .execute();
     if (row.revoked_at !== null) return { refused: 'The API key that asked for this token was revoked' };
     const caller: Caller = { apiKeyId: row.api_key_id, admin: row.scopes.includes('admin') };
     const rows = await visibleTo(

@@ -65,7 +65,7 @@ export const websocket: Channel = {
     header: absent('channel.header is sent with rest-hook calls; a websocket subscription has none (its clients authenticate with a binding token)'),
   }),
   async send(context, target, { body, type, lastEventNumber }, signal) {
-    if (signal?.aborted) throw new ShutdownAbort("the websocket notification was not published: the worker is shutting down; it goes again");
+    if (signal?.aborted) throw new ShutdownAbort('the websocket notification was not published: the worker is shutting down; it goes again');
     const startedAt = new Date();
     const started = performance.now();
     try {
@@ -87,7 +87,10 @@ export const websocket: Channel = {
         verdict: 'delivered',
         httpStatus: undefined,
         error: undefined,
-        responseExcerpt: clients === 0 ? 'no websocket client bound: the notification stays in the log ($events)' : `published to ${clients} bound websocket client${clients === 1 ? '' : 's'}`,
+        responseExcerpt:
+          clients === 0
+            ? 'no websocket client bound: the notification stays in the log ($events)'
+            : `published to ${clients} bound websocket client${clients === 1 ? '' : 's'}`,
         retryAfterSeconds: undefined,
         startedAt,
         durationMs: Math.round(performance.now() - started),

@@ -150,7 +150,9 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
   const keepBindingsTrue = async () => {
     await sql`DELETE FROM webhook.websocket_notifications WHERE published_at < now() - make_interval(secs => ${notificationKeptSeconds})`.execute(db);
     const live = [...clients].flatMap((client) => [...client.bound].map(([subscriptionId, { apiKeyId }]) => ({ client, subscriptionId, apiKeyId })));
-    await sql`DELETE FROM webhook.websocket_bindings WHERE server_id = ${serverId} AND NOT (connection_id = ANY (${[...clients].map((client) => client.id)}::uuid[]))`.execute(db);
+    await sql`DELETE FROM webhook.websocket_bindings WHERE server_id = ${serverId} AND NOT (connection_id = ANY (${[...clients].map((client) => client.id)}::uuid[]))`.execute(
+      db,
+    );
     if (live.length === 0) return;
     await sql`
       INSERT INTO webhook.websocket_bindings (subscription_id, connection_id, server_id, api_key_id, client_address)
@@ -203,7 +205,11 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
         const subscription = followed.get(row.subscription_id);
         if (subscription === undefined || subscription.readUpTo === undefined || BigInt(row.id) <= BigInt(subscription.readUpTo)) continue;
         subscription.readUpTo = row.id;
-        const frame: Frame = { type: row.notification_type, lastEventNumber: row.last_event_number === null ? null : Number(row.last_event_number), body: row.body };
+        const frame: Frame = {
+          type: row.notification_type,
+          lastEventNumber: row.last_event_number === null ? null : Number(row.last_event_number),
+          body: row.body,
+        };
         for (const client of subscription.clients) deliver(client, row.subscription_id, frame);
       }
       if (rows.length < 100) return;
@@ -229,7 +235,10 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
   const send = (client: Client, text: string, type: WebsocketFrameType | undefined) => {
     if (client.endedBy !== undefined || client.socket.readyState !== WebSocket.OPEN) return;
     if (client.socket.bufferedAmount > limits.sendBufferBytes) {
-      logger.warn({ connection: client.id, address: client.address, bufferedBytes: client.socket.bufferedAmount }, 'cut off a websocket client that does not read its notifications');
+      logger.warn(
+        { connection: client.id, address: client.address, bufferedBytes: client.socket.bufferedAmount },
+        'cut off a websocket client that does not read its notifications',
+      );
       end(client, 'slow-client');
       client.socket.terminate();
       return;
@@ -247,7 +256,11 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
   /** An error frame (an OperationOutcome saying why), then the close: nothing else is sent. */
   const refuse = (client: Client, reason: WebsocketCloseReason, code: number, text: string) => {
     if (client.endedBy !== undefined) return;
-    send(client, JSON.stringify(operationOutcome(reason === 'token' || reason === 'key-limit' ? 'security' : reason === 'malformed' ? 'invalid' : 'processing', text)), 'error');
+    send(
+      client,
+      JSON.stringify(operationOutcome(reason === 'token' || reason === 'key-limit' ? 'security' : reason === 'malformed' ? 'invalid' : 'processing', text)),
+      'error',
+    );
     end(client, reason);
     client.socket.close(code, closeReason(text));
   };
@@ -259,7 +272,12 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
       SELECT count(DISTINCT connection_id)::int AS others FROM webhook.websocket_bindings
       WHERE api_key_id = ${redeemed.apiKeyId} AND connection_id <> ${client.id}`.execute(db);
     if ((counted[0]?.others ?? 0) >= limits.maxConnectionsPerKey) {
-      return refuse(client, 'key-limit', 1008, `This API key has ${counted[0]!.others} websocket clients bound, the most WEBSOCKET_MAX_CONNECTIONS_PER_KEY allows`);
+      return refuse(
+        client,
+        'key-limit',
+        1008,
+        `This API key has ${counted[0]!.others} websocket clients bound, the most WEBSOCKET_MAX_CONNECTIONS_PER_KEY allows`,
+      );
     }
     await start();
     if (client.endedBy !== undefined) return;
@@ -274,7 +292,15 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
     client.idleSince = undefined;
     await db
       .insertInto('webhook.websocket_bindings')
-      .values(redeemed.subscriptions.map((subscription) => ({ subscription_id: subscription.id, connection_id: client.id, server_id: serverId, api_key_id: redeemed.apiKeyId, client_address: client.address })))
+      .values(
+        redeemed.subscriptions.map((subscription) => ({
+          subscription_id: subscription.id,
+          connection_id: client.id,
+          server_id: serverId,
+          api_key_id: redeemed.apiKeyId,
+          client_address: client.address,
+        })),
+      )
       .onConflict((conflict) => conflict.columns(['subscription_id', 'connection_id']).doNothing())
       .execute();
     // After the rows committed: an event numbered later is published to this client.
@@ -296,12 +322,24 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
       for (const frame of waiting) deliver(client, subscription.id, frame);
       wake(subscription.id);
     }
-    client.tokens.set(tokenDigest(token), redeemed.subscriptions.map((subscription) => subscription.id));
-    logger.info({ connection: client.id, address: client.address, subscriptions: redeemed.subscriptions.map((subscription) => subscription.id) }, 'websocket client bound');
+    client.tokens.set(
+      tokenDigest(token),
+      redeemed.subscriptions.map((subscription) => subscription.id),
+    );
+    logger.info(
+      { connection: client.id, address: client.address, subscriptions: redeemed.subscriptions.map((subscription) => subscription.id) },
+      'websocket client bound',
+    );
   };
 
   const handshake = (subscription: BoundSubscription, lastEventNumber: number): FhirResource => {
-    const subject = { serviceBase: `${baseUrl}/fhir/resources`, subscriptionId: subscription.id, topicUrl: subscription.topicUrl, payloadContent: subscription.payloadContent, status: subscription.status };
+    const subject = {
+      serviceBase: `${baseUrl}/fhir/resources`,
+      subscriptionId: subscription.id,
+      topicUrl: subscription.topicUrl,
+      payloadContent: subscription.payloadContent,
+      status: subscription.status,
+    };
     return notificationBundle(statusParameters(subject, 'handshake', lastEventNumber, []), subject, []);
   };
 
@@ -310,13 +348,18 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
     const digest = tokenDigest(token);
     const named = client.tokens.get(digest);
     if (named === undefined) {
-      send(client, JSON.stringify(operationOutcome('informational', 'This token bound nothing on this connection: nothing was unbound', 'information')), 'error');
+      send(
+        client,
+        JSON.stringify(operationOutcome('informational', 'This token bound nothing on this connection: nothing was unbound', 'information')),
+        'error',
+      );
       return;
     }
     client.tokens.delete(digest);
     const subscriptions = named.filter((subscriptionId) => client.bound.has(subscriptionId));
     for (const subscriptionId of subscriptions) unfollow(client, subscriptionId);
-    if (subscriptions.length > 0) await sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`.execute(db);
+    if (subscriptions.length > 0)
+      await sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`.execute(db);
     logger.info({ connection: client.id, address: client.address, subscriptions }, 'websocket client unbound');
   };
 
@@ -325,7 +368,8 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
     if (closing) return refuse(client, 'shutdown', 1001, 'The service is stopping');
     if (isBinary) return refuse(client, 'malformed', 1003, 'Binary frames are not understood: send the text message bind-with-token <token>');
     const message = clientMessageIn(data.toString('utf8'));
-    if (message === undefined) return refuse(client, 'malformed', 1003, 'Unknown message: send bind-with-token <token>, with a token from $get-ws-binding-token');
+    if (message === undefined)
+      return refuse(client, 'malformed', 1003, 'Unknown message: send bind-with-token <token>, with a token from $get-ws-binding-token');
     if (message.type === 'ping') {
       client.lastPongAt = Date.now();
       return send(client, pong, undefined);
@@ -349,7 +393,9 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
       for (const row of rows) {
         const client = [...clients].find((candidate) => candidate.id === row.connection_id);
         if (client === undefined || !client.bound.has(row.subscription_id)) continue;
-        const text = row.off ? `Subscription/${row.subscription_id} was switched off: nothing more is sent for it` : 'The API key that bound this client was revoked';
+        const text = row.off
+          ? `Subscription/${row.subscription_id} was switched off: nothing more is sent for it`
+          : 'The API key that bound this client was revoked';
         unfollow(client, row.subscription_id);
         if (client.bound.size === 0 || !row.off) refuse(client, 'subscription-ended', row.off ? 1000 : 1008, text);
         else send(client, JSON.stringify(operationOutcome('informational', text, 'information')), 'error');
@@ -377,24 +423,29 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
     if (subscriptions.length > 0) {
       sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`
         .execute(db)
-        .catch((error: unknown) => logger.warn({ err: error, connection: client.id }, 'could not delete the bindings of a closed websocket client; the next beat does'));
+        .catch((error: unknown) =>
+          logger.warn({ err: error, connection: client.id }, 'could not delete the bindings of a closed websocket client; the next beat does'),
+        );
     }
   };
 
   // Idle clients: none bound for the idle timeout, or no pong for as long; the others are pinged.
-  const idle = setInterval(() => {
-    const now = Date.now();
-    for (const client of clients) {
-      if (client.endedBy !== undefined) continue;
-      if (client.idleSince !== undefined && now - client.idleSince >= limits.idleTimeoutMs) {
-        refuse(client, 'idle', 1000, `Nothing bound for ${Math.round(limits.idleTimeoutMs / 1000)} s: send bind-with-token <token> after connecting`);
-      } else if (client.idleSince === undefined && now - client.lastPongAt >= limits.idleTimeoutMs) {
-        logger.info({ connection: client.id, address: client.address }, 'closed a websocket client that did not answer pings');
-        end(client, 'idle');
-        client.socket.terminate();
-      } else if (client.idleSince === undefined && client.socket.readyState === WebSocket.OPEN) client.socket.ping();
-    }
-  }, Math.max(250, Math.floor(limits.idleTimeoutMs / 4)));
+  const idle = setInterval(
+    () => {
+      const now = Date.now();
+      for (const client of clients) {
+        if (client.endedBy !== undefined) continue;
+        if (client.idleSince !== undefined && now - client.idleSince >= limits.idleTimeoutMs) {
+          refuse(client, 'idle', 1000, `Nothing bound for ${Math.round(limits.idleTimeoutMs / 1000)} s: send bind-with-token <token> after connecting`);
+        } else if (client.idleSince === undefined && now - client.lastPongAt >= limits.idleTimeoutMs) {
+          logger.info({ connection: client.id, address: client.address }, 'closed a websocket client that did not answer pings');
+          end(client, 'idle');
+          client.socket.terminate();
+        } else if (client.idleSince === undefined && client.socket.readyState === WebSocket.OPEN) client.socket.ping();
+      }
+    },
+    Math.max(250, Math.floor(limits.idleTimeoutMs / 4)),
+  );
   idle.unref();
 
   /** The clients of an address that have nothing bound (and are not being closed). */
@@ -423,10 +474,21 @@ export function createWebsocketServer({ db, baseUrl, limits, metrics, logger, di
       socket.on('close', () => forget(client));
       socket.on('pong', () => (client.lastPongAt = Date.now()));
       if (closing) return refuse(client, 'shutdown', 1001, 'The service is stopping');
-      if (clients.size > limits.maxConnections) return refuse(client, 'server-full', 1013, `This server holds ${limits.maxConnections} websocket clients, the most WEBSOCKET_MAX_CONNECTIONS allows: try again later`);
+      if (clients.size > limits.maxConnections)
+        return refuse(
+          client,
+          'server-full',
+          1013,
+          `This server holds ${limits.maxConnections} websocket clients, the most WEBSOCKET_MAX_CONNECTIONS allows: try again later`,
+        );
       // Counted with this one: it has nothing bound yet.
       if (unboundFrom(clientAddress) > limits.maxUnboundPerAddress) {
-        return refuse(client, 'server-full', 1013, `This address has ${limits.maxUnboundPerAddress} websocket connections with nothing bound, the most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS allows: bind them first`);
+        return refuse(
+          client,
+          'server-full',
+          1013,
+          `This address has ${limits.maxUnboundPerAddress} websocket connections with nothing bound, the most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS allows: bind them first`,
+        );
       }
       client.bindDeadline = setTimeout(() => {
         refuse(client, 'idle', 1000, `Nothing bound within ${Math.round(limits.bindTimeoutMs / 1000)} s of connecting: send bind-with-token <token> at once`);
@@ -494,5 +556,8 @@ export function clientMessageIn(message: string): ClientMessage | undefined {
 function closeReason(text: string): string {
   const bytes = Buffer.from(text, 'utf8');
   if (bytes.length <= maxCloseReasonBytes) return text;
-  return `${bytes.subarray(0, maxCloseReasonBytes - 3).toString('utf8').replace(/\uFFFD$/, '')}...`;
+  return `${bytes
+    .subarray(0, maxCloseReasonBytes - 3)
+    .toString('utf8')
+    .replace(/\uFFFD$/, '')}...`;
 }

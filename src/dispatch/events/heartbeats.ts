@@ -15,7 +15,13 @@ import type { DueHeartbeat } from '../../db/sql/claim-heartbeats.ts';
  */
 
 /** Sends one heartbeat and records it, releasing the claim (whatever happens). */
-export async function sendHeartbeat(context: DispatchContext, senderId: string, due: DueHeartbeat, target: Target | undefined, signal?: AbortSignal): Promise<void> {
+export async function sendHeartbeat(
+  context: DispatchContext,
+  senderId: string,
+  due: DueHeartbeat,
+  target: Target | undefined,
+  signal?: AbortSignal,
+): Promise<void> {
   const claim = { senderId, subscriptionId: due.subscriptionId };
   if (target?.topic === undefined || target.status !== 'active') return settleClaim(context.db, claim, [], [], { resetFailureCount: false });
   const subject = statusSubject(context, target, target.topic);

@@ -51,7 +51,10 @@ export type EventSender = {
  * Its batches hold at most DELIVERY_MAX_CLAIMED_BYTES of resource versions
  * in all (ClaimedBytes), which every claim is bounded by.
  */
-export function startEventSender(context: DispatchContext, { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string }): EventSender {
+export function startEventSender(
+  context: DispatchContext,
+  { connectionString, concurrency, id }: { connectionString: string; concurrency: number; id: string },
+): EventSender {
   const { logger } = context;
   const working = new Map<string, Promise<void>>();
   const refillAt = Math.min(maxSubscriptionsPerClaim, Math.max(1, Math.floor(concurrency * refillShare)));

@@ -57,7 +57,9 @@ async function tellUntoldAlerts(context: DispatchContext, db: Db, subscriptionId
       httpStatus: lastFailure?.http_status ?? undefined,
       errorMessage: latest.reason,
       undeliveredResourceUrl:
-        lastFailure?.resource_type && lastFailure.resource_id ? `${context.baseUrl}/fhir/resources/${lastFailure.resource_type}/${lastFailure.resource_id}` : undefined,
+        lastFailure?.resource_type && lastFailure.resource_id
+          ? `${context.baseUrl}/fhir/resources/${lastFailure.resource_type}/${lastFailure.resource_id}`
+          : undefined,
       deactivatedAt: latest.created_at.toISOString(),
       deactivations: untold.length,
       previousAlertAt: previous?.at.toISOString(),
@@ -74,7 +76,11 @@ async function tellUntoldAlerts(context: DispatchContext, db: Db, subscriptionId
     .execute();
   if (untold.length > 1) {
     const folded = untold.slice(0, -1).map((row) => row.id);
-    await db.updateTable('webhook.deactivation_alerts').set({ handled_as: 'folded', handled_at: handledAt, told_in: latest.id }).where('id', 'in', folded).execute();
+    await db
+      .updateTable('webhook.deactivation_alerts')
+      .set({ handled_as: 'folded', handled_at: handledAt, told_in: latest.id })
+      .where('id', 'in', folded)
+      .execute();
   }
 }
 

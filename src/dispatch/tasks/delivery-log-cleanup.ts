@@ -28,7 +28,9 @@ export async function deliveryLogCleanup(context: DispatchContext): Promise<void
   );
   await deleteOld(() =>
     sql`DELETE FROM webhook.subscription_events WHERE id IN (
-          SELECT id FROM webhook.subscription_events WHERE status <> 'pending' AND settled_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(context.db),
+          SELECT id FROM webhook.subscription_events WHERE status <> 'pending' AND settled_at < now() - make_interval(days => ${days}) LIMIT ${chunk})`.execute(
+      context.db,
+    ),
   );
   await deleteOld(() =>
     sql`DELETE FROM webhook.deactivation_alerts WHERE id IN (

@@ -8,10 +8,19 @@ import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
  * active; a retryable failure is tried again, up to DELIVERY_MAX_FAILURES
  * attempts; a permanent failure, or the last attempt failing, puts it in error.
  */
-export async function handshake(context: DispatchContext, { subscriptionId, attempt = 1 }: JobPayload<'subscription_handshake'>, signal?: AbortSignal): Promise<void> {
+export async function handshake(
+  context: DispatchContext,
+  { subscriptionId, attempt = 1 }: JobPayload<'subscription_handshake'>,
+  signal?: AbortSignal,
+): Promise<void> {
   const target = await loadTarget(context, subscriptionId);
   if (target?.status !== 'requested') return;
-  const result = await call(context, target, { body: handshakeBundle(context, target), message: 'handshake', type: 'handshake', lastEventNumber: null }, signal);
+  const result = await call(
+    context,
+    target,
+    { body: handshakeBundle(context, target), message: 'handshake', type: 'handshake', lastEventNumber: null },
+    signal,
+  );
   const delay = result.verdict === 'retryable' ? retryDelay(context.delivery, attempt, result.retryAfterSeconds) : undefined;
   const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
   const record = await context.db.transaction().execute(async (db) => {

@@ -2,7 +2,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Db } from '../../db/database.ts';
 import { claimReactivation, failReactivation, reactivate, releaseReactivation } from '../../subscriptions/state.ts';
 import { isSuperseded } from '../../db/sql/subscription-is-superseded.ts';
-import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type CallContext, type DispatchContext, type Target } from '../delivery.ts';
+import {
+  call,
+  countCalls,
+  describeFailure,
+  handshakeBundle,
+  loadTarget,
+  recordAttempt,
+  type CallContext,
+  type DispatchContext,
+  type Target,
+} from '../delivery.ts';
 import { recordEvents, reopenMissedEvent } from '../events/log.ts';
 import { numberMissedEvents } from '../../db/sql/number-missed-events.ts';
 import type { CallResult } from '../../channels/channel.ts';
@@ -18,7 +28,8 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
   const { subscriptionId, attempt: _attempt, ...versionEvent } = event;
   const target = await loadTarget(context, event.subscriptionId);
   // A topic-based subscription's event is in the log already, recorded while it was in error.
-  const deliver = (db: Db) => (target?.topic === undefined ? recordEvents(db, subscriptionId, [versionEvent]) : reopenMissedEvent(db, subscriptionId, versionEvent));
+  const deliver = (db: Db) =>
+    target?.topic === undefined ? recordEvents(db, subscriptionId, [versionEvent]) : reopenMissedEvent(db, subscriptionId, versionEvent);
   // Reactivated meanwhile (by an earlier event's job, or an operator's request): a classic subscription's event is
   // delivered like any other; a topic-based one's stays missed (sent now, it would come after later ones): its subscriber sees the gap.
   const deliverToActive = () => (target?.topic === undefined ? deliver(context.db) : undefined);
@@ -32,7 +43,8 @@ export async function reactivation(context: DispatchContext, event: ResourceEven
     ...(signal === undefined ? {} : { signal }),
   });
   if (handshake?.reactivated === true) context.logger.info({ subscriptionId, resource: eventKey(versionEvent) }, 'subscription reactivated by a new event');
-  else if (handshake !== undefined && handshake.result.verdict !== 'delivered') context.logger.info({ subscriptionId, reason: handshake.reason }, 'subscription reactivation failed; still in error');
+  else if (handshake !== undefined && handshake.result.verdict !== 'delivered')
+    context.logger.info({ subscriptionId, reason: handshake.reason }, 'subscription reactivation failed; still in error');
   // Another reactivation got there first (while this one waited for its turn, or while its handshake was in flight).
   else if ((await loadTarget(context, subscriptionId))?.status === 'active') await deliverToActive();
 }
@@ -70,7 +82,12 @@ export async function reactivationHandshake(
   try {
     // The handshake tells a topic-based subscriber how many events there were, the missed ones numbered.
     const eventsSoFar = target.topic === undefined ? 0 : await numberMissedEvents(context.db, target.id);
-    const result = await call(context, target, { body: handshakeBundle(context, target, eventsSoFar), message, type: 'handshake', lastEventNumber: null }, signal);
+    const result = await call(
+      context,
+      target,
+      { body: handshakeBundle(context, target, eventsSoFar), message, type: 'handshake', lastEventNumber: null },
+      signal,
+    );
     const reason = `Reactivation handshake failed: ${describeFailure(result, target.endpoint)}`;
     const { record, reactivated } = await context.db.transaction().execute(async (db) => {
       const record = await recordAttempt(db, target.id, 'handshake', event, 1, result, result.verdict === 'delivered' ? 'delivered' : 'failed');

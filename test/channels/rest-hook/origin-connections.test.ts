@@ -111,45 +111,54 @@ describe('connections to one origin', () => {
     expect(mostOpen).toBe(maxConnections);
   });
 
-  it('give a subscription waiting at a full origin the next free place, before the waiting calls of those that hold places there', { timeout: 120_000 }, async () => {
-    const t = await startTestApp();
-    cleanups.push(() => t.close());
-    const config = loadConfig({ BASE_URL: baseUrl, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true', DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '4', DELIVERY_PARALLEL_CALLS: '2' });
+  it(
+    'give a subscription waiting at a full origin the next free place, before the waiting calls of those that hold places there',
+    { timeout: 120_000 },
+    async () => {
+      const t = await startTestApp();
+      cleanups.push(() => t.close());
+      const config = loadConfig({
+        BASE_URL: baseUrl,
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+        DELIVERY_MAX_CONNECTIONS_PER_ORIGIN: '4',
+        DELIVERY_PARALLEL_CALLS: '2',
+      });
 
-    // One origin: /crawl/<n> answers each notification after 1 s, /quick at once. Every call's path, in order of arrival.
-    const arrivals: string[] = [];
-    const server = handshakingServer((request, response) => {
-      arrivals.push(request.url!);
-      setTimeout(() => response.writeHead(200).end(), request.url!.startsWith('/crawl/') ? 1_000 : 0);
-    });
-    const receiver = await listenOnLoopback(server);
-    cleanups.push(receiver.close);
-    const origin = `http://127.0.0.1:${receiver.port}`;
-    const workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
-    cleanups.push(() => workers.stop());
+      // One origin: /crawl/<n> answers each notification after 1 s, /quick at once. Every call's path, in order of arrival.
+      const arrivals: string[] = [];
+      const server = handshakingServer((request, response) => {
+        arrivals.push(request.url!);
+        setTimeout(() => response.writeHead(200).end(), request.url!.startsWith('/crawl/') ? 1_000 : 0);
+      });
+      const receiver = await listenOnLoopback(server);
+      cleanups.push(receiver.close);
+      const origin = `http://127.0.0.1:${receiver.port}`;
+      const workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+      cleanups.push(() => workers.stop());
 
-    const crawling = 4;
-    const ids: string[] = [];
-    for (let n = 1; n <= crawling; n++) ids.push((await subscribe(t, `Encounter?class=crawl-${n}`, `${origin}/crawl/${n}`)).id);
-    ids.push((await subscribe(t, 'Encounter?class=quick', `${origin}/quick`)).id);
-    for (const id of ids) await untilStatus(t, id, 'active', 30_000);
+      const crawling = 4;
+      const ids: string[] = [];
+      for (let n = 1; n <= crawling; n++) ids.push((await subscribe(t, `Encounter?class=crawl-${n}`, `${origin}/crawl/${n}`)).id);
+      ids.push((await subscribe(t, 'Encounter?class=quick', `${origin}/quick`)).id);
+      for (const id of ids) await untilStatus(t, id, 'active', 30_000);
 
-    // 6 events for each crawling subscription: 8 lanes for 4 places, so 4 calls wait at the origin.
-    await t.database.pool.query(
-      `INSERT INTO fhir.resources (content)
+      // 6 events for each crawling subscription: 8 lanes for 4 places, so 4 calls wait at the origin.
+      await t.database.pool.query(
+        `INSERT INTO fhir.resources (content)
        SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'crawl-' || n || '-' || k, 'status', 'finished', 'class', jsonb_build_object('code', 'crawl-' || n))
        FROM generate_series(1, $1::int) n, generate_series(1, 6) k`,
-      [crawling],
-    );
-    await waitFor(() => (arrivals.length === 4 ? true : undefined), 30_000, 'the first 4 calls');
-    // The quick subscription's event, while the 4 places are held and the other crawling calls wait for them.
-    await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', id: 'quick', status: 'finished', class: { code: 'quick' } });
-    await waitFor(() => (arrivals.includes('/quick') ? true : undefined), 30_000, 'the quick call');
-    // Only the crawling subscriptions that had no place yet (as few in flight as it, and waiting longer) come first;
-    // first come, first served, it would have come after the 4 crawling calls that waited before it.
-    const withoutPlace = crawling - new Set(arrivals.slice(0, 4)).size;
-    expect(arrivals.slice(4).indexOf('/quick')).toBeLessThanOrEqual(withoutPlace);
-  });
+        [crawling],
+      );
+      await waitFor(() => (arrivals.length === 4 ? true : undefined), 30_000, 'the first 4 calls');
+      // The quick subscription's event, while the 4 places are held and the other crawling calls wait for them.
+      await t.fhir('POST', '/Encounter', { resourceType: 'Encounter', id: 'quick', status: 'finished', class: { code: 'quick' } });
+      await waitFor(() => (arrivals.includes('/quick') ? true : undefined), 30_000, 'the quick call');
+      // Only the crawling subscriptions that had no place yet (as few in flight as it, and waiting longer) come first;
+      // first come, first served, it would have come after the 4 crawling calls that waited before it.
+      const withoutPlace = crawling - new Set(arrivals.slice(0, 4)).size;
+      expect(arrivals.slice(4).indexOf('/quick')).toBeLessThanOrEqual(withoutPlace);
+    },
+  );
 
   it('are taken one at a time by a subscriber whose calls failed lately, new events included, until one is delivered', { timeout: 120_000 }, async () => {
     const t = await startTestApp();

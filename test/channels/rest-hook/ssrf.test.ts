@@ -132,9 +132,7 @@ describe('ForbiddenAddressError', () => {
   it('names the address, the reason and the way out', () => {
     const error = new ForbiddenAddressError('10.1.2.3', 'private network');
     expect(error).toMatchObject({ name: 'ForbiddenAddressError', address: '10.1.2.3', reason: 'private network' });
-    expect(error.message).toBe(
-      'refused to connect to 10.1.2.3 (private network); set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true only for development',
-    );
+    expect(error.message).toBe('refused to connect to 10.1.2.3 (private network); set WEBHOOK_ALLOW_PRIVATE_NETWORKS=true only for development');
   });
 });
 
@@ -196,7 +194,7 @@ describe('the delivery agent against a loopback receiver', () => {
     const ipv6Port = await listen(ipv6Receiver, '::1').catch(() => undefined);
     if (ipv6Port === undefined) return context.skip('::1 cannot be bound on this machine');
     try {
-        const refused = await refusal(`http://[::1]:${ipv6Port}/`);
+      const refused = await refusal(`http://[::1]:${ipv6Port}/`);
       expect(refused).toMatchObject({ address: '::1', reason: 'loopback' });
       expect({ received, connections }).toEqual({ received: [], connections: 0 });
     } finally {

@@ -20,7 +20,11 @@ export function eventsRoutes(app: FastifyInstance, { db, context }: Subscription
         eventsUntilNumber: z.string().optional().describe('The last event number (default: the latest)'),
         content: z.enum(['empty', 'id-only', 'full-resource']).optional().describe("How much of each event (default: the subscription's payload content)"),
       }),
-      response: { 200: bundle.describe('A history Bundle: backport-subscription-status-r4 Parameters, then the events'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+      response: {
+        200: bundle.describe('A history Bundle: backport-subscription-status-r4 Parameters, then the events'),
+        ...commonRefusals,
+        404: operationOutcome.describe('Not known (or created by another key)'),
+      },
     },
     handler: async (request, reply) => {
       const { id } = request.params as { id: string };

@@ -17,7 +17,9 @@ export function getWsBindingTokenRoutes(app: FastifyInstance, { db, context, bin
     request.log.info({ subscriptions: ids.length === 0 ? 'every websocket subscription of the key' : ids }, 'websocket binding token issued');
     return token;
   };
-  const tokenAnswer = resource.describe('A Parameters: token (valueString, shown once), expiration (valueDateTime), subscription (valueString, one per subscription it binds), websocket-url (valueUrl)');
+  const tokenAnswer = resource.describe(
+    'A Parameters: token (valueString, shown once), expiration (valueDateTime), subscription (valueString, one per subscription it binds), websocket-url (valueUrl)',
+  );
 
   byGetAndPost(app, {
     url: '/Subscription/$get-ws-binding-token',
@@ -43,7 +45,8 @@ export function getWsBindingTokenRoutes(app: FastifyInstance, { db, context, bin
     url: '/Subscription/:id/$get-ws-binding-token',
     schema: {
       summary: 'A token for a websocket client to bind to this websocket subscription (Backport IG $get-ws-binding-token)',
-      description: 'A token that binds this subscription once (the websocket message bind-with-token <token>), within WEBSOCKET_BINDING_TOKEN_SECONDS, for this key only. An id parameter is ignored, as the IG says. By GET, or by POST.',
+      description:
+        'A token that binds this subscription once (the websocket message bind-with-token <token>), within WEBSOCKET_BINDING_TOKEN_SECONDS, for this key only. An id parameter is ignored, as the IG says. By GET, or by POST.',
       ...fhirOperation('Subscriptions', 'getWsBindingTokenOfSubscription'),
       params: z.object({ id: z.string().describe("The subscription's id") }),
       response: { 200: tokenAnswer, ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },

@@ -33,7 +33,11 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
     async (request, reply) => {
       const { created, resource } = await submitSubscription(db, context, request.body, callerOf(request));
       request.log.info({ subscriptionId: resource.id }, created ? `subscription created (${String(resource.status)})` : 'subscription switched off');
-      return reply.code(created ? 201 : 200).type(fhirJson).header('location', `${serviceBase}/Subscription/${resource.id}`).send(resource);
+      return reply
+        .code(created ? 201 : 200)
+        .type(fhirJson)
+        .header('location', `${serviceBase}/Subscription/${resource.id}`)
+        .send(resource);
     },
   );
 
@@ -41,7 +45,7 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
     '/Subscription',
     {
       schema: {
-        summary: "Search subscriptions (a key without the admin scope sees its own)",
+        summary: 'Search subscriptions (a key without the admin scope sees its own)',
         ...fhirOperation('Subscriptions', 'searchSubscriptions'),
         querystring: z.looseObject({
           criteria: z.string().optional().describe('The exact criteria string'),
@@ -63,7 +67,10 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
         id: randomUUID(),
         type: 'searchset',
         // The spec's shape, kept where FHIR JSON would leave them out: link present even empty, entry the array of matches even when none.
-        link: page.nextPageToken === undefined ? [] : [{ relation: 'next', url: linkWithPageToken(searchUrl, pairsWithoutPageToken(rawQuery), page.nextPageToken) }],
+        link:
+          page.nextPageToken === undefined
+            ? []
+            : [{ relation: 'next', url: linkWithPageToken(searchUrl, pairsWithoutPageToken(rawQuery), page.nextPageToken) }],
         entry: page.resources.map((resource) => ({ fullUrl: `${searchUrl}/${resource.id}`, resource, search: { mode: 'match' } })),
       });
     },
@@ -76,7 +83,11 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
         summary: 'Read a subscription',
         ...fhirOperation('Subscriptions', 'readSubscription'),
         params: z.object({ id: z.string().describe("The subscription's id") }),
-        response: { 200: subscriptionReadEnvelope, ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key, to a key without admin)') },
+        response: {
+          200: subscriptionReadEnvelope,
+          ...commonRefusals,
+          404: operationOutcome.describe('Not known (or created by another key, to a key without admin)'),
+        },
       },
     },
     async (request, reply) => {

@@ -49,4 +49,3 @@ const reactivateParameters = z
   .object({ resourceType: z.literal('Parameters'), parameter: z.array(z.unknown()).max(0).optional() })
   .nullish()
   .describe('Nothing, or a Parameters without any parameter');
-

@@ -43,7 +43,10 @@ export function resendRoutes(app: FastifyInstance, { db }: SubscriptionRoutesOpt
 const resendParameter = z.union([
   z.object({ name: z.literal('eventNumber'), valueString: z.string().regex(/^[1-9]\d{0,14}$/, 'eventNumber must be an event number') }),
   z.object({ name: z.literal('eventNumber'), valuePositiveInt: z.number().int().positive() }),
-  z.object({ name: z.literal('attempt'), valueString: z.string().regex(/^\d{1,18}$/, 'attempt must be the id of a recorded call (webhook.delivery_attempts.id)') }),
+  z.object({
+    name: z.literal('attempt'),
+    valueString: z.string().regex(/^\d{1,18}$/, 'attempt must be the id of a recorded call (webhook.delivery_attempts.id)'),
+  }),
   z.object({ name: z.literal('failedSince'), valueInstant: z.iso.datetime({ offset: true }) }),
   z.object({ name: z.literal('failedSince'), valueDateTime: z.iso.datetime({ offset: true }) }),
 ]);
@@ -57,7 +60,9 @@ const resendParameters = z
 function resendSelection(body: unknown): ResendSelection {
   const parsed = resendParameters.safeParse(body);
   if (!parsed.success) {
-    throw refusal(`$resend takes a Parameters with exactly one of eventNumber, attempt, failedSince (an instant with its offset): ${parsed.error.issues[0]!.message}`);
+    throw refusal(
+      `$resend takes a Parameters with exactly one of eventNumber, attempt, failedSince (an instant with its offset): ${parsed.error.issues[0]!.message}`,
+    );
   }
   const parameter = parsed.data.parameter[0]!;
   if (parameter.name === 'eventNumber') return { eventNumber: 'valueString' in parameter ? Number(parameter.valueString) : parameter.valuePositiveInt };

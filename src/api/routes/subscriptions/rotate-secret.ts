@@ -28,11 +28,17 @@ export function rotateSecretRoutes(app: FastifyInstance, { db, context, calls }:
         params: z.object({ id: z.string().describe("The subscription's id") }),
         body: rotateSecretParameters,
         response: {
-          200: resource.describe('A Parameters: subscription (valueReference), rotatedAt and previousSecretUntil (valueInstant: until then calls carry both signatures)'),
+          200: resource.describe(
+            'A Parameters: subscription (valueReference), rotatedAt and previousSecretUntil (valueInstant: until then calls carry both signatures)',
+          ),
           ...commonRefusals,
-          400: operationOutcome.describe("In the spec's refusal format: no secret, one HTTP cannot carry in a header, the current one, an overlap out of range, or parameters in the URL"),
+          400: operationOutcome.describe(
+            "In the spec's refusal format: no secret, one HTTP cannot carry in a header, the current one, an overlap out of range, or parameters in the URL",
+          ),
           404: operationOutcome.describe('Not known (or created by another key, to a key without admin)'),
-          409: operationOutcome.describe('Off, or in the overlap of its last rotation (its receiver may still hold only the oldest secret): rotate again after it ends'),
+          409: operationOutcome.describe(
+            'Off, or in the overlap of its last rotation (its receiver may still hold only the oldest secret): rotate again after it ends',
+          ),
         },
       },
       // rotationRequest checks the body (zod) and refuses it in the spec's format, never naming the secret: the schema above only describes it.
@@ -41,11 +47,19 @@ export function rotateSecretRoutes(app: FastifyInstance, { db, context, calls }:
     async (request, reply) => {
       const inUrl = splitQuery(rawQueryOf(request.url)).filter(([name]) => !formatParameters.has(name));
       if (inUrl.length > 0) {
-        throw refusal('$rotate-secret takes its parameters in a Parameters body only: a URL is written to access logs, so a secret sent in one is no secret any more');
+        throw refusal(
+          '$rotate-secret takes its parameters in a Parameters body only: a URL is written to access logs, so a secret sent in one is no secret any more',
+        );
       }
-      const rotation = await rotateSigningSecret(db, context.box, request.params.id, rotationRequest(request.body, calls.delivery.secretRotationOverlapSeconds), {
-        caller: callerOf(request),
-      });
+      const rotation = await rotateSigningSecret(
+        db,
+        context.box,
+        request.params.id,
+        rotationRequest(request.body, calls.delivery.secretRotationOverlapSeconds),
+        {
+          caller: callerOf(request),
+        },
+      );
       request.log.info({ subscriptionId: rotation.subscriptionId, previousSecretUntil: rotation.previousSecretUntil }, 'subscription signing secret rotated');
       return reply.type(fhirJson).send({
         resourceType: 'Parameters',
@@ -71,14 +85,26 @@ const rotateSecretParameters = z
   .refine(({ parameter }) => parameter.filter((item) => item.name === 'secret').length === 1, 'give the new secret once')
   .refine(({ parameter }) => parameter.filter((item) => item.name === 'overlapSeconds').length <= 1, 'give overlapSeconds once at most')
   .describe('A Parameters: secret (valueString) and optionally overlapSeconds (valueUnsignedInt)')
-  .meta({ examples: [{ resourceType: 'Parameters', parameter: [{ name: 'secret', valueString: 'the-new-secret' }, { name: 'overlapSeconds', valueUnsignedInt: 86400 }] }] });
+  .meta({
+    examples: [
+      {
+        resourceType: 'Parameters',
+        parameter: [
+          { name: 'secret', valueString: 'the-new-secret' },
+          { name: 'overlapSeconds', valueUnsignedInt: 86400 },
+        ],
+      },
+    ],
+  });
 
 /** A $rotate-secret body as a rotation: refused in the spec's format, never with the secret's value. */
 function rotationRequest(body: unknown, defaultOverlapSeconds: number): RotationRequest {
   if (body === undefined || body === null) throw refusal('$rotate-secret takes a Parameters body with the new secret (valueString): none was sent');
   const parsed = rotateSecretParameters.safeParse(body);
   if (!parsed.success) {
-    throw refusal(`$rotate-secret takes a Parameters with secret (valueString) and optionally overlapSeconds (valueUnsignedInt): ${parsed.error.issues[0]!.message}`);
+    throw refusal(
+      `$rotate-secret takes a Parameters with secret (valueString) and optionally overlapSeconds (valueUnsignedInt): ${parsed.error.issues[0]!.message}`,
+    );
   }
   let secret = '';
   let overlapSeconds = defaultOverlapSeconds;

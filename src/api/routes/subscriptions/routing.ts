@@ -21,10 +21,16 @@ export type SubscriptionRoutesOptions = {
 /** An operation's input: the URL's parameters, and those of a Parameters body when it was invoked by POST. */
 export const operationInput = (request: FastifyRequest): OperationInput => [...splitQuery(rawQueryOf(request.url)), ...parametersAsInput(request.body)];
 
-const parametersBody = resource.nullish().describe('A Parameters resource with the same parameters as the GET form (valueString, valueCode, valueInteger, …); none at all is fine');
+const parametersBody = resource
+  .nullish()
+  .describe('A Parameters resource with the same parameters as the GET form (valueString, valueCode, valueInteger, …); none at all is fine');
 
 /** An operation is served by GET and by POST (FHIR: every operation may be invoked by POST); only the POST has a body. */
 export function byGetAndPost(app: FastifyInstance, route: { url: string; schema: FastifySchema & { operationId: string }; handler: RouteHandlerMethod }): void {
   app.route({ ...route, method: 'GET' });
-  app.route({ ...route, method: 'POST', schema: { ...route.schema, ...fhirOperation('Subscriptions', `${route.schema.operationId}ByPost`, true), body: parametersBody } });
+  app.route({
+    ...route,
+    method: 'POST',
+    schema: { ...route.schema, ...fhirOperation('Subscriptions', `${route.schema.operationId}ByPost`, true), body: parametersBody },
+  });
 }

@@ -14,7 +14,8 @@ export function statusRoutes(app: FastifyInstance, { db, context }: Subscription
     url: '/Subscription/$status',
     schema: {
       summary: 'The status of topic-based subscriptions (Backport IG $status, type level)',
-      description: 'A searchset Bundle of status Parameters (type query-status), one per topic-based subscription the key may see, narrowed by id and status. By GET, or by POST with a Parameters body.',
+      description:
+        'A searchset Bundle of status Parameters (type query-status), one per topic-based subscription the key may see, narrowed by id and status. By GET, or by POST with a Parameters body.',
       ...fhirOperation('Subscriptions', 'subscriptionsStatus'),
       querystring: z.looseObject({
         id: z.string().optional().describe('Subscription ids, comma-separated or repeated'),
@@ -32,7 +33,11 @@ export function statusRoutes(app: FastifyInstance, { db, context }: Subscription
       description: 'Its state, its error and events-since-subscription-start: the number of its latest event. By GET, or by POST (no parameters).',
       ...fhirOperation('Subscriptions', 'subscriptionStatus'),
       params: z.object({ id: z.string().describe("The subscription's id") }),
-      response: { 200: bundle.describe('A searchset Bundle of one backport-subscription-status-r4 Parameters'), ...commonRefusals, 404: operationOutcome.describe('Not known (or created by another key)') },
+      response: {
+        200: bundle.describe('A searchset Bundle of one backport-subscription-status-r4 Parameters'),
+        ...commonRefusals,
+        404: operationOutcome.describe('Not known (or created by another key)'),
+      },
     },
     handler: async (request, reply) => {
       const { id } = request.params as { id: string };
