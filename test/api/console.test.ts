@@ -11,6 +11,12 @@ import { startHealthyAndFailing, type HealthyAndFailing } from '../support/subsc
 /** The delivery console in a real browser (test/support/chromium.ts). */
 const screenshots = path.resolve('.ci/screenshots');
 
+/**
+ * What the page shows after a refresh: the console refreshes every second, so a poll waits for
+ * several refreshes (a loaded machine can take longer than one), not one refresh period.
+ */
+const afterRefreshes = { timeout: 10_000 };
+
 let t: TestApp;
 let scene: HealthyAndFailing;
 let browser: Browser;
@@ -55,7 +61,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     const { page, errors } = await openConsole();
     await page.fill('#key', 'not-a-key');
     await page.click('button[type=submit]');
-    await expect.poll(() => page.textContent('#login-error')).toBe('Unknown or revoked API key');
+    await expect.poll(() => page.textContent('#login-error'), afterRefreshes).toBe('Unknown or revoked API key');
     expect(await page.isVisible('#board')).toBe(false);
     // The one error is the refused request itself.
     expect(errors.filter((error) => !error.includes('401'))).toEqual([]);
@@ -67,7 +73,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     await page.fill('#key', apiKey);
     await page.click('button[type=submit]');
     const rows = page.locator('#subscriptions tbody tr');
-    await expect.poll(() => rows.count()).toBe(2);
+    await expect.poll(() => rows.count(), afterRefreshes).toBe(2);
     const healthy = rows.filter({ hasText: 'Patient?family=Shown' });
     const failing = rows.filter({ hasText: 'Patient?family=Failing' });
     expect(await healthy.locator('.status').textContent()).toBe('active');
@@ -84,14 +90,14 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     // A failing subscription: its failed call, and the handshake before it.
     await failing.click();
     const attempts = page.locator('#attempts tbody tr');
-    await expect.poll(() => attempts.count()).toBe(2);
+    await expect.poll(() => attempts.count(), afterRefreshes).toBe(2);
     // With the subscriber's own answer, which says why.
     expect(await attempts.nth(0).textContent()).toMatch(/notification.*Patient\/\S+\/_history\/1.*500.*failed.*HTTP 500.*refused with 500/);
     expect(await attempts.nth(1).textContent()).toMatch(/handshake.*200.*delivered/);
 
     // A healthy one: a resource written now appears within the next refreshes.
     await healthy.click();
-    await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Shown');
+    await expect.poll(() => page.textContent('#detail-title'), afterRefreshes).toContain('Patient?family=Shown');
     const written = (await t.fhir('POST', '/Patient', { resourceType: 'Patient', name: [{ family: 'Shown' }] })).json<{ id: string }>();
     const delivered = page.locator('#attempts tbody tr', { hasText: `Patient/${written.id}/_history/1` });
     await expect.poll(() => delivered.count(), { timeout: 15_000 }).toBe(1);
@@ -128,14 +134,14 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
     const calls = page.locator('#attempts tbody tr', { hasText: `Patient/${written.id}/_history/1` });
     await expect.poll(() => calls.count(), { timeout: 15_000 }).toBe(1);
     await calls.locator('button.resend').click();
-    await expect.poll(() => page.textContent('#resend-result')).toBe(`Queued Patient/${written.id}/_history/1`);
+    await expect.poll(() => page.textContent('#resend-result'), afterRefreshes).toBe(`Queued Patient/${written.id}/_history/1`);
     await expect.poll(() => calls.count(), { timeout: 15_000 }).toBe(2);
     expect(await calls.nth(0).locator('.status').textContent()).toBe('delivered');
 
     // The failing subscription is in error: refused, with the reason.
     await page.locator('#subscriptions tbody tr', { hasText: 'Patient?family=Failing' }).click();
     const failed = page.locator('#attempts tbody tr', { hasText: 'notification' });
-    await expect.poll(() => failed.count()).toBe(1);
+    await expect.poll(() => failed.count(), afterRefreshes).toBe(1);
     await failed.locator('button.resend').click();
     await expect
       .poll(() => page.textContent('#resend-result'))
@@ -156,7 +162,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
       await page.fill('#key', apiKey);
       await page.click('button[type=submit]');
       const rows = page.locator('#subscriptions tbody tr');
-      await expect.poll(() => rows.count()).toBeGreaterThanOrEqual(2);
+      await expect.poll(() => rows.count(), afterRefreshes).toBeGreaterThanOrEqual(2);
 
       // Tab from the page's start reaches the rows; Enter on the failing one opens it.
       // In the page's own terms (a string: this project's TypeScript has no DOM types).
@@ -164,7 +170,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
       for (let presses = 0; presses < 20 && (await focusedKey()) !== scene.failing; presses++) await page.keyboard.press('Tab');
       expect(await focusedKey()).toBe(scene.failing);
       await page.keyboard.press('Enter');
-      await expect.poll(() => page.textContent('#detail-title')).toContain('Patient?family=Failing');
+      await expect.poll(() => page.textContent('#detail-title'), afterRefreshes).toContain('Patient?family=Failing');
       // Two refreshes later the focus is still on that row (rebuilt), so Tab goes on from there.
       await page.waitForTimeout(2500);
       expect(await focusedKey()).toBe(scene.failing);
@@ -176,7 +182,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
       );
       expect(recorded).toHaveLength(1);
       const call = page.locator('#attempts tbody tr', { hasText: 'notification' });
-      await expect.poll(() => call.count()).toBe(1);
+      await expect.poll(() => call.count(), afterRefreshes).toBe(1);
       expect(await call.locator('td').nth(1).textContent()).toBe(recorded[0]!.id);
       expect(await call.locator('td').nth(3).textContent()).toBe(recorded[0]!.event_number);
 
@@ -200,7 +206,7 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
         'HTTP 500 again',
       ]);
       const failing = rows.filter({ hasText: 'Patient?family=Failing' });
-      await expect.poll(() => failing.locator('td.flapping').textContent()).toBe('2');
+      await expect.poll(() => failing.locator('td.flapping').textContent(), afterRefreshes).toBe('2');
       expect(await failing.locator('td.flapping').getAttribute('title')).toMatch(/^Flapping: \d+ deactivations in a row without a delivery$/);
       // When an event may reactivate it: the next one; or, held back by the flapping backoff, one from an instant on.
       expect(await failing.locator('.next-reactivation').textContent()).toBe('The next event may reactivate it');
@@ -208,7 +214,9 @@ describe.skipIf(chromiumMissing)("the delivery console in Chromium (Debian's chr
         `UPDATE webhook.subscriptions SET deactivations_in_a_row = 3, reactivation_not_before = now() + interval '1 hour' WHERE id = $1 RETURNING reactivation_not_before AS until`,
         [scene.failing],
       );
-      await expect.poll(() => failing.locator('.next-reactivation').textContent()).toBe(`An event from ${held[0]!.until.toISOString()} on may reactivate it`);
+      await expect
+        .poll(() => failing.locator('.next-reactivation').textContent(), afterRefreshes)
+        .toBe(`An event from ${held[0]!.until.toISOString()} on may reactivate it`);
       expect(await rows.filter({ hasText: 'Patient?family=Shown' }).locator('.next-reactivation').count()).toBe(0);
       expect(errors).toEqual([]);
       await page.close();
