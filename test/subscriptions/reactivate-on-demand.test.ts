@@ -517,7 +517,7 @@ describe.skipIf(chromiumMissing)("the console's Reactivate button (Debian's chro
       await page.fill('#key', operator);
       await page.click('button[type=submit]');
       const row = page.locator('#subscriptions tbody tr', { hasText: id });
-      await expect.poll(() => row.locator('.status').textContent()).toBe('error');
+      await expect.poll(() => row.locator('.status').textContent(), { timeout: 10_000 }).toBe('error');
       expect(await page.locator('#subscriptions tbody tr', { hasText: active }).locator('button.reactivate').count()).toBe(0);
 
       // The receiver still down: refused, with the reason; still in error.
@@ -532,8 +532,8 @@ describe.skipIf(chromiumMissing)("the console's Reactivate button (Debian's chro
       // Fixed: reactivated, shown active, and the button gone.
       endpoint.answer = () => ({ status: 200 });
       await row.locator('button.reactivate').click();
-      await expect.poll(() => page.textContent('#reactivate-result')).toBe(`Reactivated ${id}: it is active`);
-      await expect.poll(() => row.locator('.status').textContent()).toBe('active');
+      await expect.poll(() => page.textContent('#reactivate-result'), { timeout: 10_000 }).toBe(`Reactivated ${id}: it is active`);
+      await expect.poll(() => row.locator('.status').textContent(), { timeout: 10_000 }).toBe('active');
       expect(await row.locator('button.reactivate').count()).toBe(0);
       expect(await statusOf(t, id)).toEqual({ status: 'active', error: null, failure_count: 0 });
       expect(endpoint.calls.filter(isHandshake)).toHaveLength(3);

@@ -769,10 +769,10 @@ describe.skipIf(!chromiumInstalled && process.env.CI === undefined)(
         await page.fill('#key', t.apiKey);
         await page.click('button[type=submit]');
         const row = page.locator('#subscriptions tbody tr', { hasText: id });
-        await expect.poll(() => row.count()).toBe(1);
+        await expect.poll(() => row.count(), { timeout: 10_000 }).toBe(1);
         await row.click();
         const clientRows = page.locator('#websocket-clients tbody tr');
-        await expect.poll(() => clientRows.count()).toBe(1);
+        await expect.poll(() => clientRows.count(), { timeout: 10_000 }).toBe(1);
         expect(await page.locator('#websocket').isVisible()).toBe(true);
         expect(await clientRows.nth(0).textContent()).toMatch(/127\.0\.0\.1.*websocket-server:/);
         expect(errors).toEqual([]);
