@@ -85,7 +85,7 @@ export function idleVerdict(
   return undefined;
 }
 
-/** How often the idle check runs: four times per idle timeout, at most every 250 ms. */
+/** How often the idle check runs: four times per idle timeout, and no more often than every 250 ms. */
 export function idleCheckIntervalMs(limits: Pick<WebsocketLimits, 'idleTimeoutMs'>): number {
   return Math.max(250, Math.floor(limits.idleTimeoutMs / 4));
 }
