@@ -1,6 +1,6 @@
-import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Db } from '../../db/database.ts';
+import { deleteBindings, endedBindings } from './bindings.ts';
 import type { Client } from './client.ts';
 import { bindingEnded } from './messages.ts';
 import type { Relay } from './relay.ts';
@@ -25,12 +25,7 @@ export function createEndedBindingsCheck({
   return async () => {
     if (!relay.followsAny()) return;
     try {
-      const { rows } = await sql<{ subscription_id: string; connection_id: string; off: boolean }>`
-        SELECT b.subscription_id, b.connection_id, s.status = 'off' AS off
-        FROM webhook.websocket_bindings b
-        JOIN webhook.subscriptions s ON s.id = b.subscription_id
-        JOIN webhook.api_keys k ON k.id = b.api_key_id
-        WHERE b.server_id = ${serverId} AND (s.status = 'off' OR k.revoked_at IS NOT NULL)`.execute(db);
+      const rows = await endedBindings(db, serverId);
       for (const row of rows) {
         const client = [...clients].find((candidate) => candidate.id === row.connection_id);
         if (client === undefined || !client.bound.has(row.subscription_id)) continue;
@@ -38,7 +33,7 @@ export function createEndedBindingsCheck({
         const ended = bindingEnded(row.subscription_id, row.off, client.bound.size === 0);
         if (ended.closes) sending.refuse(client, ended);
         else sending.tell(client, ended.text);
-        await sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ${row.subscription_id} AND connection_id = ${row.connection_id}`.execute(db);
+        await deleteBindings(db, row.connection_id, [row.subscription_id]);
       }
     } catch (error) {
       logger.warn({ err: error }, 'could not check the websocket bindings');

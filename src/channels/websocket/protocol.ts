@@ -1,10 +1,10 @@
-import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { WebsocketLimits } from '../../config/index.ts';
 import type { Db } from '../../db/database.ts';
 import type { FhirResource } from '../../db/schema.ts';
 import { notificationBundle, statusParameters } from '../../topics/notification.ts';
 import { redeemBindingToken, tokenDigest, type BoundSubscription } from './binding-tokens.ts';
+import { bindingStarts, deleteBindings, insertBindings, otherConnectionsOfKey } from './bindings.ts';
 import type { Client } from './client.ts';
 import type { DispatchParts } from './dispatch-parts.ts';
 import { keyLimitRefusal } from './limits.ts';
@@ -46,38 +46,16 @@ export function createProtocol({
   const bind = async (client: Client, token: string) => {
     const redeemed = await redeemBindingToken(db, token);
     if ('refused' in redeemed) return refuse(client, tokenRefused(redeemed.refused));
-    const { rows: counted } = await sql<{ others: number }>`
-      SELECT count(DISTINCT connection_id)::int AS others FROM webhook.websocket_bindings
-      WHERE api_key_id = ${redeemed.apiKeyId} AND connection_id <> ${client.id}`.execute(db);
-    const keyFull = keyLimitRefusal(limits, counted[0]?.others ?? 0);
+    const keyFull = keyLimitRefusal(limits, await otherConnectionsOfKey(db, redeemed.apiKeyId, client.id));
     if (keyFull !== undefined) return refuse(client, keyFull);
     await start();
     if (client.endedBy !== undefined) return;
+    const subscriptionIds = redeemed.subscriptions.map((subscription) => subscription.id);
     // Followed before the numbers are read: what is read meanwhile waits in `binding`, filtered once they are known.
-    relay.follow(
-      client,
-      redeemed.subscriptions.map((subscription) => subscription.id),
-      redeemed.apiKeyId,
-    );
-    await db
-      .insertInto('webhook.websocket_bindings')
-      .values(
-        redeemed.subscriptions.map((subscription) => ({
-          subscription_id: subscription.id,
-          connection_id: client.id,
-          server_id: serverId,
-          api_key_id: redeemed.apiKeyId,
-          client_address: client.address,
-        })),
-      )
-      .onConflict((conflict) => conflict.columns(['subscription_id', 'connection_id']).doNothing())
-      .execute();
+    relay.follow(client, subscriptionIds, redeemed.apiKeyId);
+    await insertBindings(db, serverId, client, redeemed.apiKeyId, subscriptionIds);
     // After the rows committed: an event numbered later is published to this client.
-    const { rows } = await sql<{ id: string; last_event_number: string; last_notification: string | null }>`
-      SELECT stream.subscription_id AS id, stream.last_event_number,
-             (SELECT max(n.id) FROM webhook.websocket_notifications n WHERE n.subscription_id = stream.subscription_id) AS last_notification
-      FROM webhook.subscription_streams stream
-      WHERE stream.subscription_id = ANY (${redeemed.subscriptions.map((subscription) => subscription.id)}::uuid[])`.execute(db);
+    const rows = await bindingStarts(db, subscriptionIds);
     for (const subscription of redeemed.subscriptions) {
       const row = rows.find((candidate) => candidate.id === subscription.id);
       // A subscription out of `active` has its missed events numbered first, as $status counts them.
@@ -89,14 +67,8 @@ export function createProtocol({
         JSON.stringify(handshake(subscription, lastEventNumber)),
       );
     }
-    client.tokens.set(
-      tokenDigest(token),
-      redeemed.subscriptions.map((subscription) => subscription.id),
-    );
-    logger.info(
-      { connection: client.id, address: client.address, subscriptions: redeemed.subscriptions.map((subscription) => subscription.id) },
-      'websocket client bound',
-    );
+    client.tokens.set(tokenDigest(token), subscriptionIds);
+    logger.info({ connection: client.id, address: client.address, subscriptions: subscriptionIds }, 'websocket client bound');
   };
 
   const handshake = (subscription: BoundSubscription, lastEventNumber: number): FhirResource => {
@@ -121,8 +93,7 @@ export function createProtocol({
     client.tokens.delete(digest);
     const subscriptions = named.filter((subscriptionId) => client.bound.has(subscriptionId));
     for (const subscriptionId of subscriptions) relay.unfollow(client, subscriptionId);
-    if (subscriptions.length > 0)
-      await sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`.execute(db);
+    if (subscriptions.length > 0) await deleteBindings(db, client.id, subscriptions);
     logger.info({ connection: client.id, address: client.address, subscriptions }, 'websocket client unbound');
   };
 

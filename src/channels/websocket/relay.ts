@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Logger } from 'pino';
 import type { Db } from '../../db/database.ts';
+import { deleteBindings } from './bindings.ts';
 import type { Client, Frame } from './client.ts';
 import type { Sending } from './sending.ts';
 
@@ -120,11 +121,9 @@ export function createRelay({ db, logger, send, isClosing }: { db: Db; logger: P
     const subscriptions = [...client.bound.keys()];
     for (const subscriptionId of subscriptions) unfollow(client, subscriptionId);
     if (subscriptions.length > 0) {
-      sql`DELETE FROM webhook.websocket_bindings WHERE subscription_id = ANY (${subscriptions}::uuid[]) AND connection_id = ${client.id}`
-        .execute(db)
-        .catch((error: unknown) =>
-          logger.warn({ err: error, connection: client.id }, 'could not delete the bindings of a closed websocket client; the next beat does'),
-        );
+      deleteBindings(db, client.id, subscriptions).catch((error: unknown) =>
+        logger.warn({ err: error, connection: client.id }, 'could not delete the bindings of a closed websocket client; the next beat does'),
+      );
     }
   };
 
