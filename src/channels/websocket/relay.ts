@@ -82,7 +82,7 @@ export function createRelay({ db, logger, send, isClosing }: { db: Db; logger: P
     send(client, frame.body, frame.type);
   };
 
-  /** The subscriptions a bind names that the client has not bound yet, followed for it: what is read meanwhile waits in `binding`. */
+  /** The subscriptions a bind names that the client has not bound yet, followed for it (what is read meanwhile waits in `binding`): it is no longer idle. */
   const follow = (client: Client, subscriptionIds: string[], apiKeyId: string) => {
     for (const subscriptionId of subscriptionIds.filter((id) => !client.bound.has(id))) {
       client.bound.set(subscriptionId, { apiKeyId, binding: [] });
