@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FailingSubscribers, startsWithProbe, type Verdict } from '../../../src/dispatch/events/delivery/judge.ts';
+import { emptyVerdict, FailingSubscribers, startsWithProbe, type Verdict } from '../../../src/dispatch/events/delivery/judge.ts';
 import { claimedEvent, callResult } from './claimed-events.ts';
 
 /**
@@ -8,17 +8,7 @@ import { claimedEvent, callResult } from './claimed-events.ts';
  * delivered, and any batch that holds a retry.
  */
 
-const verdict = (changes: Partial<Verdict>): Verdict => ({
-  outcomes: [],
-  records: [],
-  calls: [],
-  retried: 0,
-  exhausted: undefined,
-  lastRefusal: undefined,
-  trailingRefusals: 0,
-  delivered: false,
-  ...changes,
-});
+const verdict = (changes: Partial<Verdict>): Verdict => ({ ...emptyVerdict(), ...changes });
 const failure = { event: claimedEvent(1), result: callResult('retryable') };
 
 describe('FailingSubscribers', () => {

@@ -36,17 +36,13 @@ export type Verdict = {
 /** What judging needs of the dispatch context: the retry schedule, and a logger for the notifications gone. */
 export type JudgeContext = { delivery: RetrySchedule; logger: Pick<DispatchContext['logger'], 'warn'> };
 
+/** A verdict on nothing yet: what judge starts from. */
+export function emptyVerdict(): Verdict {
+  return { outcomes: [], records: [], calls: [], retried: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
+}
+
 export function judge(context: JudgeContext, target: Pick<Target, 'id'>, notifications: Pick<NotificationOfEvents, 'events'>[], results: Sent[]): Verdict {
-  const verdict: Verdict = {
-    outcomes: [],
-    records: [],
-    calls: [],
-    retried: 0,
-    exhausted: undefined,
-    lastRefusal: undefined,
-    trailingRefusals: 0,
-    delivered: false,
-  };
+  const verdict = emptyVerdict();
   // Events not sent after a retryable failure wait as long as the longest retry; after a shutdown, not at all.
   let unsentWaitMs = 0;
   const unsent: ClaimedEvent[] = [];
