@@ -22,8 +22,6 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
-import { createServer, type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import autocannon from 'autocannon';
 import { Command } from 'commander';
@@ -31,6 +29,7 @@ import { request } from 'undici';
 import { startBenchReceiver, type Receipt } from './support/bench-receiver.ts';
 import { createScratchDatabase } from './support/scratch-database.ts';
 import { percentile } from './support/statistics.ts';
+import { freePort, until } from './support/waiting.ts';
 
 const options = new Command('npm run bench:api --')
   .description('The HTTP API under load, with the deliveries it causes.')
@@ -58,12 +57,13 @@ async function main(): Promise<number> {
         )) === 200,
       60_000,
       'the service',
+      100,
     );
     const receipts: Receipt[] = [];
     receiver.onReceipt((receipt) => receipts.push(receipt));
     const subscriptionId = await subscribe(base, receiver.port);
-    await until(async () => receipts.some((receipt) => receipt.kind === 'handshake'), 30_000, 'the handshake');
-    await until(async () => (await readSubscription(base, subscriptionId)).status === 'active', 30_000, 'the activation');
+    await until(async () => receipts.some((receipt) => receipt.kind === 'handshake'), 30_000, 'the handshake', 100);
+    await until(async () => (await readSubscription(base, subscriptionId)).status === 'active', 30_000, 'the activation', 100);
 
     // --- load ---
     const load = await autocannon({
@@ -95,7 +95,7 @@ async function main(): Promise<number> {
 
     // --- delivery ---
     const delivered = () => receipts.filter((receipt) => receipt.kind === 'resource');
-    await until(async () => new Set(delivered().map((receipt) => receipt.id)).size >= created, 300_000, 'every created Patient delivered').catch(
+    await until(async () => new Set(delivered().map((receipt) => receipt.id)).size >= created, 300_000, 'every created Patient delivered', 100).catch(
       (error: unknown) => {
         failures.push(String(error));
       },
@@ -159,16 +159,6 @@ function startService(databaseUrl: string, port: number) {
   return child;
 }
 
-/** A loopback port free at the time of asking, for the service to listen on. */
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
-}
-
 async function subscribe(base: string, receiverPort: number): Promise<string> {
   const answer = await request(`${base}/fhir/resources/Subscription`, {
     method: 'POST',
@@ -209,14 +199,6 @@ async function probeHealth(base: string, durationMs: number, during: Promise<unk
   }
   const sorted = latencies.sort((a, b) => a - b);
   return { p50: Math.round(percentile(sorted, 0.5) * 10) / 10, max: Math.round(sorted.at(-1)! * 10) / 10 };
-}
-
-async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
 }
 
 process.exitCode = await main();

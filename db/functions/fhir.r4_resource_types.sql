@@ -2,7 +2,7 @@
 -- refuses a version of any other type (and of Subscription, which the
 -- service keeps in webhook.subscriptions). The same list as
 -- src/fhir/r4-definitions.json, which the API and the loader check:
--- test/resource-store-checks.test.ts fails when the two differ.
+-- test/db/resource-store-checks.test.ts fails when the two differ.
 --   SELECT unnest(fhir.r4_resource_types()) AS resource_type;
 --
 -- A constant array rather than a table, for the cost per row of a bulk load:

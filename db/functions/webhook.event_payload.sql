@@ -1,6 +1,6 @@
 -- The payload of a subscription_reactivation job, built by the notification
--- trigger: resourceEvent in src/dispatch/tasks/jobs.ts
--- (test/notification-triggers.test.ts checks that the two agree).
+-- trigger: resourceEvent in src/db/jobs.ts
+-- (test/db/notification-triggers.test.ts checks that the two agree).
 -- STABLE like json_build_object, so that it is inlined into the trigger's query.
 CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
   RETURNS json

@@ -17,8 +17,10 @@ import { notificationBundle, statusParameters, type StatusSubject } from '../top
 import type { VersionEvent } from '../db/jobs.ts';
 
 /**
- * What every dispatcher task shares: the subscriber as a task sees it, the
- * signed call, the retry schedule and the attempt record.
+ * What every dispatcher task shares: the subscriber as a task sees it
+ * (Target, loadTarget), the context its calls are made with
+ * (createCallContext), a call through the subscription's channel (call), the
+ * handshake's body and the attempt record.
  */
 
 export type DispatchContext = RestHookCalls & {

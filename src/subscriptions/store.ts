@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { sql, type Selectable } from 'kysely';
 import pg from 'pg';
-import type { Db } from '../db/database.ts';
+import { inTransaction, type Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
 import { criteriaDigest } from '../db/sql/criteria-digest.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
@@ -338,10 +338,6 @@ function backportChannelExtensions(row: Row): { url: string; [value: string]: un
 
 function tagSystem(context: SubscriptionContext): string {
   return `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-}
-
-async function inTransaction<T>(db: Db, work: (transaction: Db) => Promise<T>): Promise<T> {
-  return db.isTransaction ? work(db) : db.transaction().execute(work);
 }
 
 function isStatus(text: string): text is SubscriptionStatus {

@@ -5,6 +5,7 @@ import { submitSubscription } from '../../../src/subscriptions/store.ts';
 import { wallNow, type Receipt } from '../../support/bench-receiver.ts';
 import type { Bench } from './dispatcher.ts';
 import { secret } from './run.ts';
+import { until } from '../../support/waiting.ts';
 
 /** Creates subscriptions as a client does (their handshakes are the workers'), and waits until all are active. */
 export async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promise<string[]> {
@@ -90,12 +91,4 @@ export function transactionBundle(resources: object[]): object {
     type: 'transaction',
     entry: resources.map((resource) => ({ resource, request: { method: 'POST', url: (resource as { resourceType: string }).resourceType } })),
   };
-}
-
-export async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }

@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request } from 'undici';
 import { buildApp } from '../../../src/api/app.ts';
@@ -13,6 +12,7 @@ import type { SubscriptionContext } from '../../../src/subscriptions/store.ts';
 import type { BenchReceiver } from '../../support/bench-receiver.ts';
 import { peakRssKiB, resetPeakRss } from '../../support/process-stats.ts';
 import { logger, secretsKey } from './run.ts';
+import { freePort } from '../../support/waiting.ts';
 
 /**
  * How a column runs the dispatcher: `worker` processes (`npm run cli --
@@ -132,16 +132,6 @@ export async function withDispatcherProcesses<T>(
     await Promise.all(exited);
     await database.close();
   }
-}
-
-/** A port nothing listens on now, for the serve process. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  return port;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { wallNow } from '../../support/bench-receiver.ts';
 import { percentile } from '../../support/statistics.ts';
-import { until } from './deliveries.ts';
+import { until } from '../../support/waiting.ts';
 import type { Bench, WrittenResource } from './dispatcher.ts';
 import type { Row } from './table.ts';
 

@@ -1,5 +1,6 @@
 import { wallNow } from '../../support/bench-receiver.ts';
-import { subscribe, transactionBundle, until } from '../harness/deliveries.ts';
+import { subscribe, transactionBundle } from '../harness/deliveries.ts';
+import { until } from '../../support/waiting.ts';
 import type { Bench } from '../harness/dispatcher.ts';
 import type { Row } from '../harness/table.ts';
 

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { BenchReceiver } from '../../support/bench-receiver.ts';
-import { subscribe, until } from '../harness/deliveries.ts';
+import { subscribe } from '../harness/deliveries.ts';
+import { until } from '../../support/waiting.ts';
 import { withDispatcher } from '../harness/dispatcher.ts';
 import type { Row } from '../harness/table.ts';
 

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { Agent, request } from 'undici';
 import { wallNow, type BenchReceiver } from '../../support/bench-receiver.ts';
 import { meterDatabaseCpu } from '../../support/database-cpu.ts';
-import { until } from '../harness/deliveries.ts';
+import { until } from '../../support/waiting.ts';
 import { perThousand } from '../harness/profile.ts';
 import { logger } from '../harness/run.ts';
 import type { Row } from '../harness/table.ts';

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { wallNow } from '../../support/bench-receiver.ts';
-import { subscribe, switchOff, until } from '../harness/deliveries.ts';
+import { subscribe, switchOff } from '../harness/deliveries.ts';
+import { until } from '../../support/waiting.ts';
 import type { Bench } from '../harness/dispatcher.ts';
 import { commitToReceipt, latencyRow } from '../harness/latencies.ts';
 import type { Row } from '../harness/table.ts';

@@ -1,9 +1,9 @@
-import type { TaskList } from 'graphile-worker';
+import type { Task } from 'graphile-worker';
 import type { DispatchContext } from '../delivery.ts';
 import { deactivationAlert } from './deactivation-alert.ts';
 import { deliveryLogCleanup } from './delivery-log-cleanup.ts';
 import { handshake } from './handshake.ts';
-import { taskFor } from '../../db/jobs.ts';
+import { taskFor, type JobName } from '../../db/jobs.ts';
 import { legacyNotification } from './legacy-notification.ts';
 import { reactivation } from './reactivation.ts';
 import { reactivationRequest } from './reactivation-request.ts';
@@ -13,9 +13,11 @@ import { reactivationRequest } from './reactivation-request.ts';
  * state machine enqueue their jobs (a subscription's creation, the
  * notification trigger, a deactivation); each checks its payload against the
  * job contract (src/db/jobs.ts) first. Notifications are not among them: the event
- * sender delivers them from the subscription event log (../events/).
+ * sender delivers them from the subscription event log (../events/). Keyed by
+ * every job name, so that a job added to the contract without its task here
+ * does not compile (its jobs would wait in the queue, never run).
  */
-export function dispatchTasks(context: DispatchContext): TaskList {
+export function dispatchTasks(context: DispatchContext): { [Name in JobName]: Task } {
   return {
     subscription_handshake: taskFor('subscription_handshake', (payload, signal) => handshake(context, payload, signal)),
     subscription_reactivation: taskFor('subscription_reactivation', (event, signal) => reactivation(context, event, signal)),
