@@ -18,8 +18,9 @@ import { freePort, startReceiver, waitFor, type Receiver } from '../support/rece
  * rest-hook, a real websocket client bound through the API for websocket, and
  * PostgreSQL. A send to a receiver that takes it says delivered and the
  * receiver gets the notification; one that cannot be made says retryable; a
- * refusal for good says permanent; a send the worker's shutdown cuts short
- * throws ShutdownAbort. A new channel needs its harness below (the type
+ * refusal for good says permanent; a send started while the worker shuts
+ * down (its signal aborted) throws ShutdownAbort; a rest-hook call cut short
+ * midway is test/dispatch/graceful-shutdown.test.ts's. A new channel needs its harness below (the type
  * asks for one per channel type), and is then held to the same contract.
  */
 
@@ -197,7 +198,7 @@ describe.each(registeredChannels.map((channel) => [channel.type, channel] as con
     expectTimed(result);
   });
 
-  it("throws ShutdownAbort when the worker's shutdown cuts the send short, which is then not a result", async () => {
+  it('throws ShutdownAbort, which is not a result, when the worker is shutting down as the send starts (its signal already aborted)', async () => {
     const { context: sendContext, target } = await harness.takes();
     const shutdown = new AbortController();
     shutdown.abort();
