@@ -27,6 +27,11 @@
  *   latency    single-row INSERTs at 100/s for 10 s matching 1, then 11
  *              subscriptions: p99 commit → receipt ≤ 10 ms, ≤ 20 ms
  *   sparse     1,000 subscriptions, each write at 100/s matching one: p99 ≤ 20 ms
+ *   websocket  200 websocket clients bound to 20 topic-based websocket
+ *              subscriptions (10 each) on the API the column runs, each write
+ *              at 50/s for 10 s matching one: p99 commit → frame ≤ 25 ms, a
+ *              just-bound subscription's first frame ≤ 50 ms; every frame
+ *              once and in order per client (issue 35)
  *   isolation  20 hanging subscribers beside one at 10 writes/s: its p99 ≤ 50 ms
  *   backlog    100,000 events recorded while no worker runs, then drained: the
  *              rate of the last 10% ≥ 0.8× the first 10%, nothing left behind
@@ -75,6 +80,7 @@ import { scaling } from './rows/scaling.ts';
 import { sparse } from './rows/sparse.ts';
 import { throttled } from './rows/throttle.ts';
 import { topicTriggerCost } from './rows/topic-trigger.ts';
+import { websocketFrames } from './rows/websocket.ts';
 import { writerCost } from './rows/writer-cost.ts';
 
 /** The server's version as it reports it (\`15.20\`, \`18.4\`). */
@@ -100,11 +106,11 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
   try {
     const server = `PostgreSQL ${await serverVersion(scratch.url)}${serverUrl === null ? ' (embedded)' : ''}`;
     const measured: Row[] = [];
-    /** Measures a row (when wanted) with the peak RSS of the dispatcher processes that ran meanwhile. */
-    const measure = async (name: string, row: () => Promise<Row>) => {
+    /** Measures a row or rows (when wanted) with the peak RSS of the dispatcher processes that ran meanwhile. */
+    const measure = async (name: string, row: () => Promise<Row | Row[]>) => {
       if (!wanted(name)) return;
       const { result, peakRssKiB } = await withPeakRss(row);
-      measured.push({ ...result, ...(peakRssKiB === 0 ? {} : { peakRssMiB: peakRssKiB / 1024 }) });
+      for (const each of [result].flat()) measured.push({ ...each, ...(peakRssKiB === 0 ? {} : { peakRssMiB: peakRssKiB / 1024 }) });
     };
     await withDispatcher(
       scratch.url,
@@ -117,6 +123,7 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
         await measure('latency', () => latency(bench, 1, 'planned'));
         await measure('latency', () => latency(bench, 11, 'arrived'));
         await measure('sparse', () => sparse(bench, 1_000));
+        await measure('websocket', () => websocketFrames(bench, 20, 10));
         // After the latency rows: its 20,000 settled events leave the pending-events index to vacuum.
         await measure('broad', () => broad(bench, 1_000, 20));
         await measure('isolation', () => isolation(bench));

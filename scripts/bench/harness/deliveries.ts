@@ -1,11 +1,19 @@
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createApiKey } from '../../../src/auth/api-keys.ts';
 import { submitSubscription } from '../../../src/subscriptions/store.ts';
+import { addTopics } from '../../../src/topics/store.ts';
 import { wallNow, type Receipt } from '../../support/bench-receiver.ts';
 import type { Bench } from './dispatcher.ts';
 import { secret } from './run.ts';
 import { until } from '../../support/waiting.ts';
+
+/** The topic of the topic-based rows (Encounters that became finished, filtered by patient): its URL, once stored. */
+export async function addExampleTopic(bench: Bench): Promise<string> {
+  const [added] = await addTopics(bench.database.db, [JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'))]);
+  return added!.url;
+}
 
 /** Creates subscriptions as a client does (their handshakes are the workers'), and waits until all are active. */
 export async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promise<string[]> {

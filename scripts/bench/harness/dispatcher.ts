@@ -29,6 +29,9 @@ export type WrittenResource = { resourceType: string; id: string; [element: stri
 /** The FHIR API a row writes Bundles through. */
 export type Api = { postBundle: (body: object) => Promise<void>; close: () => Promise<void> };
 
+/** The FHIR API on a port, at `origin` (http://127.0.0.1:…), for the clients that connect to it: websocket clients. */
+export type ListeningApi = { origin: string; close: () => Promise<void> };
+
 export type Bench = {
   kind: ProcessKind;
   database: DatabaseHandle;
@@ -39,6 +42,8 @@ export type Bench = {
   writeOne: (resource: WrittenResource) => Promise<void>;
   /** The API the Bundle rows post to: in this process for `worker`, the serve process's for `serve`. */
   openApi: () => Promise<Api>;
+  /** The API the websocket clients connect to: in this process (on a port of its own) for `worker`, the serve process's for `serve`. */
+  openListeningApi: () => Promise<ListeningApi>;
 };
 
 /** The worker processes running now, by pid. */
@@ -123,6 +128,8 @@ export async function withDispatcherProcesses<T>(
       dispatchers: pids,
       writeOne: served?.put ?? insert,
       openApi: served === undefined ? () => apiInThisProcess(database) : async () => ({ postBundle: served.postBundle, close: async () => undefined }),
+      openListeningApi:
+        served === undefined ? () => listeningApiInThisProcess(database) : async () => ({ origin: served.origin, close: async () => undefined }),
     });
   } finally {
     await served?.close();
@@ -139,7 +146,10 @@ export async function withDispatcherProcesses<T>(
  * one resource by its id (update as create), POST of a Bundle; anything but
  * 2xx fails the run.
  */
-async function servedApi(port: number, apiKey: string): Promise<{ put: Bench['writeOne']; postBundle: Api['postBundle']; close: () => Promise<void> }> {
+async function servedApi(
+  port: number,
+  apiKey: string,
+): Promise<{ origin: string; put: Bench['writeOne']; postBundle: Api['postBundle']; close: () => Promise<void> }> {
   const origin = `http://127.0.0.1:${port}`;
   const agent = new Agent({ connections: 16 });
   const deadline = Date.now() + 60_000;
@@ -161,6 +171,7 @@ async function servedApi(port: number, apiKey: string): Promise<{ put: Bench['wr
     if (response.statusCode >= 300) throw new Error(`the serve process answered ${method} ${path} with ${response.statusCode}: ${text.slice(0, 300)}`);
   };
   return {
+    origin,
     put: (resource) => send('PUT', `${resource.resourceType}/${resource.id}`, resource),
     postBundle: (body) => send('POST', '', body),
     close: () => agent.close(),
@@ -169,7 +180,7 @@ async function servedApi(port: number, apiKey: string): Promise<{ put: Bench['wr
 
 /** The HTTP API in this process (Fastify's inject: no socket), with a key to call it: the `worker` columns' API. */
 async function apiInThisProcess(database: DatabaseHandle): Promise<Api> {
-  const app = await buildApp({ database, baseUrl: 'http://localhost:8080', webhookNamingSystem: 'webhook', secretsEncryptionKey: secretsKey, logger });
+  const app = await appInThisProcess(database);
   const { key } = await createApiKey(database.db, 'bench');
   return {
     postBundle: async (body) => {
@@ -183,4 +194,16 @@ async function apiInThisProcess(database: DatabaseHandle): Promise<Api> {
     },
     close: () => app.close(),
   };
+}
+
+/** The HTTP API in this process on a loopback port of its own: the `worker` columns' websocket server, which a client reaches only by a socket. */
+async function listeningApiInThisProcess(database: DatabaseHandle): Promise<ListeningApi> {
+  const app = await appInThisProcess(database);
+  const origin = await app.listen({ port: 0, host: '127.0.0.1' });
+  return { origin, close: () => app.close() };
+}
+
+/** The HTTP API as the bench builds it in this process. */
+function appInThisProcess(database: DatabaseHandle): ReturnType<typeof buildApp> {
+  return buildApp({ database, baseUrl: 'http://localhost:8080', webhookNamingSystem: 'webhook', secretsEncryptionKey: secretsKey, logger });
 }

@@ -1,10 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createApiKey } from '../../../src/auth/api-keys.ts';
 import { submitSubscription } from '../../../src/subscriptions/store.ts';
-import { addTopics } from '../../../src/topics/store.ts';
-import { committedAt } from '../harness/deliveries.ts';
+import { addExampleTopic, committedAt } from '../harness/deliveries.ts';
 import { until } from '../../support/waiting.ts';
 import type { Bench } from '../harness/dispatcher.ts';
 import { secret } from '../harness/run.ts';
@@ -20,9 +18,9 @@ import type { Row } from '../harness/table.ts';
  * of at most max-count events, validly signed.
  */
 export async function topicDrain(bench: Bench, events: number): Promise<Row> {
-  await addTopics(bench.database.db, [JSON.parse(readFileSync('examples/topics/encounter-complete.json', 'utf8'))]);
-  const single = await topicDrainRate(bench, events, undefined);
-  const batched = await topicDrainRate(bench, events, 100);
+  const topic = await addExampleTopic(bench);
+  const single = await topicDrainRate(bench, topic, events, undefined);
+  const batched = await topicDrainRate(bench, topic, events, 100);
   const told = ({ rate, calls }: { rate: number; calls: number }) =>
     `${Math.round(rate).toLocaleString('en-US')} events/s in ${calls.toLocaleString('en-US')} calls`;
   return {
@@ -34,7 +32,12 @@ export async function topicDrain(bench: Bench, events: number): Promise<Row> {
 }
 
 /** One topic-based subscription's drain (see topicDrain): its events/s, its calls, and what did not arrive as it should. */
-async function topicDrainRate(bench: Bench, events: number, maxCount: number | undefined): Promise<{ rate: number; calls: number; checks: string }> {
+async function topicDrainRate(
+  bench: Bench,
+  topic: string,
+  events: number,
+  maxCount: number | undefined,
+): Promise<{ rate: number; calls: number; checks: string }> {
   const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
   const patient = `topic-drain-${maxCount ?? 1}`;
   const path = `/topic/${randomBytes(4).toString('hex')}`;
@@ -45,7 +48,7 @@ async function topicDrainRate(bench: Bench, events: number, maxCount: number | u
     {
       resourceType: 'Subscription',
       status: 'requested',
-      criteria: 'http://example.org/topics/encounter-complete',
+      criteria: topic,
       _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patient}` }] },
       reason: 'bench',
       channel: {
