@@ -13,9 +13,13 @@
  * Rows, with their targets (issue 17):
  *   ceiling    graphile-worker alone: no-op jobs/s at concurrency 10, from the
  *              commit of one statement adding them to the empty queue
- *   receiver   the receiver's own capacity: undici POSTs/s, no dispatcher
+ *   receiver   the receiver's ceiling: the drain's bodies with the channel's
+ *              headers and signatures, POSTed by a bare undici process with
+ *              the calls in flight the dispatcher makes to one subscription
+ *              (DELIVERY_PARALLEL_CALLS): POSTs/s
  *   drain      deliveries/s from the commit of ONE statement writing N matching
- *              rows to the last delivery (1 subscription): ≥ 2× the ceiling
+ *              rows to the last delivery (1 subscription): ≥ 2× the ceiling,
+ *              and ≥ 0.6× the receiver's ceiling (issue 35)
  *   fan-out    10 subscriptions matching the same 2,000 events: ≥ drain
  *   max-count  a topic-based subscription's drain of 10,000 events of ONE
  *              statement with max-count 100 vs without (one event per call):
@@ -56,7 +60,8 @@
  * (run.ts), the dispatcher processes and the APIs the rows write through
  * (dispatcher.ts), subscribing and waiting for every delivery
  * (deliveries.ts), commit → receipt (latencies.ts), where the time goes
- * (profile.ts), and the table (table.ts).
+ * (profile.ts), the receiver ceiling's sender process (bare-sender.ts), and
+ * the table (table.ts).
  */
 import pg from 'pg';
 import { startBenchReceiver } from '../support/bench-receiver.ts';
@@ -67,7 +72,7 @@ import { print, withTargets, type Column, type Row } from './harness/table.ts';
 import { apiBurst } from './rows/api-burst.ts';
 import { backlog } from './rows/backlog.ts';
 import { broad } from './rows/broad.ts';
-import { graphileWorkerCeiling, receiverCapacity } from './rows/ceilings.ts';
+import { graphileWorkerCeiling, receiverCeiling } from './rows/ceilings.ts';
 import { drain } from './rows/drain.ts';
 import { fanOut } from './rows/fan-out.ts';
 import { historyCost } from './rows/history.ts';
@@ -144,7 +149,7 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
       if (wanted('scaling')) measured.push(...(await scaling(scratch.url, receiver)));
       await measure('notify', () => notifyCost(scratch.url));
     }
-    const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCapacity(receiver, 20_000)];
+    const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCeiling(scratch.url, receiver, 20_000)];
     return { server, kind, rows: withTargets([...ceilings, ...measured]) };
   } finally {
     await scratch.drop();

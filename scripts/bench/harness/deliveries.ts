@@ -15,6 +15,9 @@ export async function addExampleTopic(bench: Bench): Promise<string> {
   return added!.url;
 }
 
+/** The channel.header of every bench subscription: its `secret`, which signs its calls, the one the receiver checks them with. */
+export const channelHeaders = [`secret: ${secret}`];
+
 /** Creates subscriptions as a client does (their handshakes are the workers'), and waits until all are active. */
 export async function subscribe(bench: Bench, criteria: string[], under = '/s'): Promise<string[]> {
   const paths = criteria.map(() => `${under}/${randomBytes(4).toString('hex')}`);
@@ -32,7 +35,7 @@ export async function subscribe(bench: Bench, criteria: string[], under = '/s'):
           type: 'rest-hook',
           endpoint: `http://127.0.0.1:${bench.receiver.port}${paths[index]}`,
           payload: 'application/fhir+json',
-          header: [`secret: ${secret}`],
+          header: channelHeaders,
         },
       },
       { apiKeyId, admin: true },

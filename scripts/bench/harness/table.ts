@@ -16,7 +16,8 @@ export type Row = {
 
 /**
  * The targets that are ratios to other rows of the run: drain and broad ≥ 2×
- * the graphile-worker ceiling, fan-out ≥ drain; and the database's CPU per
+ * the graphile-worker ceiling, fan-out ≥ drain, drain ≥ 0.6× the receiver's
+ * ceiling (issue 35: the dispatcher near bare HTTP); and the database's CPU per
  * 1,000 deliveries of drain and broad ≤ 0.5× its CPU per 1,000 of the
  * ceiling's no-op jobs (batched claims should cost less than a job each).
  */
@@ -39,7 +40,21 @@ export function withTargets(rows: Row[]): Row[] {
       },
     ];
   });
-  return [...rows, ...databaseCpuRows].map((row) => {
+  const receiverCeiling = rows.find((row) => row.row.startsWith('ceiling: the receiver'))?.figure;
+  const drainToReceiver: Row[] =
+    drainRate === undefined || receiverCeiling === undefined
+      ? []
+      : [
+          {
+            row: 'drain vs the receiver ceiling',
+            figure: drainRate / receiverCeiling,
+            unit: '×',
+            target: '≥ 0.6×',
+            met: drainRate / receiverCeiling >= 0.6,
+            checks: `${Math.round(drainRate).toLocaleString('en-US')} deliveries/s, ${Math.round(receiverCeiling).toLocaleString('en-US')} bare POSTs/s`,
+          },
+        ];
+  const targeted = [...rows, ...databaseCpuRows].map((row) => {
     if (row.row.startsWith('drain') || row.row.startsWith('broad'))
       return { ...row, ratioToCeiling: row.figure / ceiling, target: '≥ 2× the ceiling', met: row.figure >= 2 * ceiling };
     if (row.row.startsWith('fan-out') && drainRate !== undefined) {
@@ -47,6 +62,7 @@ export function withTargets(rows: Row[]): Row[] {
     }
     return row;
   });
+  return [...targeted, ...drainToReceiver];
 }
 
 /** One column of the table: every row measured on one server with one kind of dispatcher process, against its own ceilings. */
