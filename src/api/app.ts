@@ -27,7 +27,7 @@ import { topicRoutes } from './routes/topics.ts';
 import { registerWebsocketRoutes } from './routes/websocket.ts';
 import { createWebsocketServer } from '../channels/websocket/server.ts';
 import { defaultResponseTimeoutMs, loadConfig, type Config, type WebsocketLimits } from '../config/index.ts';
-import { createCallContext } from '../dispatch/delivery.ts';
+import { createCallContext } from '../dispatch/subscriber.ts';
 import { numberMissedEvents } from '../db/sql/number-missed-events.ts';
 import { listenForEvents } from '../dispatch/events/sender.ts';
 import { keepWorkerPoolAlive } from '../dispatch/liveness.ts';

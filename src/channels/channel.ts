@@ -25,7 +25,7 @@ export type ChannelContext = {
   logger: Pick<Logger, 'info' | 'warn'>;
 };
 
-/** A subscription as a channel sends to it: its secrets decrypted (src/dispatch/delivery.ts loads it, with more). */
+/** A subscription as a channel sends to it: its secrets decrypted (src/dispatch/subscriber.ts loads it, with more). */
 export type ChannelTarget = {
   id: string;
   /** Where the notifications go: the subscriber's endpoint, or the URL a channel's receivers connect to. */

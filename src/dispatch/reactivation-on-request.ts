@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from '../db/database.ts';
 import { isUuid, type SubscriptionStatus } from '../db/schema.ts';
-import { loadTarget, type CallContext } from './delivery.ts';
+import { loadTarget, type CallContext } from './subscriber.ts';
 import { reactivationHandshake } from './tasks/reactivation.ts';
 import { FhirError, notFound } from '../fhir/outcome.ts';
 import { isSuperseded } from '../db/sql/subscription-is-superseded.ts';

@@ -9,7 +9,7 @@ import { connectDatabase, type DatabaseHandle } from '../db/database.ts';
 import { createAlertMailer } from '../mail/alerts.ts';
 import { createMetrics, type Metrics } from '../metrics/metrics.ts';
 import { createSecretBox } from '../subscriptions/secrets.ts';
-import { createCallContext, type DispatchContext } from './delivery.ts';
+import { createCallContext, type DispatchContext } from './subscriber.ts';
 import { releaseStrandedClaims } from './events/log.ts';
 import { newSenderId, startEventSender, type EventSender } from './events/sender.ts';
 import { keepWorkerPoolAlive, type Liveness } from './liveness.ts';

@@ -1,6 +1,6 @@
 import { notificationBundle, statusParameters } from '../../topics/notification.ts';
 import { ShutdownAbort } from '../../channels/channel.ts';
-import { attemptRecord, call, countCalls, statusSubject, type DispatchContext, type Target } from '../delivery.ts';
+import { attemptRecord, call, countCalls, statusSubject, type DispatchContext, type Target } from '../subscriber.ts';
 import { settleClaim } from './log.ts';
 import type { DueHeartbeat } from '../../db/sql/claim-heartbeats.ts';
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 import { sendHeartbeat } from './heartbeats.ts';
 import { eventsChannel, settleClaim } from './log.ts';
 import { claimHeartbeats } from '../../db/sql/claim-heartbeats.ts';

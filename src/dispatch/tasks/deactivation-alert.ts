@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import type { Db } from '../../db/database.ts';
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 import { enqueueJob } from '../../db/jobs.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 
 /** Rows deleted per statement: each delete is a short transaction, never a long one that holds up the writers' vacuum. */
 const chunk = 5_000;

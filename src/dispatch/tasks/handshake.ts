@@ -1,5 +1,5 @@
 import { activate, failHandshake } from '../../subscriptions/state.ts';
-import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../delivery.ts';
+import { call, countCalls, describeFailure, handshakeBundle, loadTarget, recordAttempt, type DispatchContext } from '../subscriber.ts';
 import { retryDelay } from '../events/retry-delay.ts';
 import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 

@@ -1,5 +1,5 @@
 import type { Task } from 'graphile-worker';
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 import { deactivationAlert } from './deactivation-alert.ts';
 import { deliveryLogCleanup } from './delivery-log-cleanup.ts';
 import { handshake } from './handshake.ts';

@@ -1,4 +1,4 @@
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 import { recordEvents } from '../events/log.ts';
 import type { LegacyNotification } from '../../db/jobs.ts';
 

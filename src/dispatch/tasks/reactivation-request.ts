@@ -1,7 +1,7 @@
 import type { ReactivationRequestOutcome } from '../../db/schema.ts';
 import { FhirError } from '../../fhir/outcome.ts';
 import { reactivateOnRequest } from '../reactivation-on-request.ts';
-import type { DispatchContext } from '../delivery.ts';
+import type { DispatchContext } from '../subscriber.ts';
 
 /**
  * subscription_reactivation_request: an operator's `subscriptions reactivate`

@@ -12,7 +12,7 @@ import {
   type CallContext,
   type DispatchContext,
   type Target,
-} from '../delivery.ts';
+} from '../subscriber.ts';
 import { recordEvents, reopenMissedEvent } from '../events/log.ts';
 import { numberMissedEvents } from '../../db/sql/number-missed-events.ts';
 import type { CallResult } from '../../channels/channel.ts';

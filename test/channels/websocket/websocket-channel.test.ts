@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket as WsClient } from 'ws';
 import { createApiKey } from '../../../src/auth/api-keys.ts';
 import { loadConfig, type WebsocketLimits } from '../../../src/config/index.ts';
-import type { CallContext, Target } from '../../../src/dispatch/delivery.ts';
+import type { CallContext, Target } from '../../../src/dispatch/subscriber.ts';
 import { websocket } from '../../../src/channels/websocket/channel.ts';
 import { startWorkers, type Workers } from '../../../src/dispatch/worker.ts';
 import { createMetrics } from '../../../src/metrics/metrics.ts';

@@ -3,7 +3,7 @@ import type { Db } from '../../../db/database.ts';
 import { parametersAsInput, type OperationInput } from '../../../fhir/parameters.ts';
 import { splitQuery } from '../../../search/query.ts';
 import type { SubscriptionContext } from '../../../subscriptions/store.ts';
-import type { CallContext } from '../../../dispatch/delivery.ts';
+import type { CallContext } from '../../../dispatch/subscriber.ts';
 import { rawQueryOf } from '../../raw-query.ts';
 import { fhirOperation, resource } from '../../schemas.ts';
 

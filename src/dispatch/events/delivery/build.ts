@@ -4,7 +4,7 @@ import { FhirError } from '../../../fhir/outcome.ts';
 import { resolveIncludes } from '../../../search/criteria.ts';
 import { includedResources } from '../../../search/search.ts';
 import { describeEvents, eventNotification } from '../../../topics/notification.ts';
-import { statusSubject, type DispatchContext, type Target, type TopicTarget } from '../../delivery.ts';
+import { statusSubject, type DispatchContext, type Target, type TopicTarget } from '../../subscriber.ts';
 import { eventKey } from '../../../db/jobs.ts';
 import type { ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import type { Versions } from './versions.ts';

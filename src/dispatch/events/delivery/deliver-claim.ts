@@ -1,4 +1,4 @@
-import type { DispatchContext, Target } from '../../delivery.ts';
+import type { DispatchContext, Target } from '../../subscriber.ts';
 import type { Claim, ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import { notificationsOf } from './build.ts';
 import { judge, startsWithProbe, withoutFailures, type FailingSubscribers } from './judge.ts';

@@ -1,4 +1,4 @@
-import { attemptRecord, type AttemptOutcome, type DispatchContext, type Target } from '../../delivery.ts';
+import { attemptRecord, type AttemptOutcome, type DispatchContext, type Target } from '../../subscriber.ts';
 import type { CallResult } from '../../../channels/channel.ts';
 import { eventKey } from '../../../db/jobs.ts';
 import type { AttemptRow, EventOutcome } from '../log.ts';

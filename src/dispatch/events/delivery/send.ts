@@ -1,4 +1,4 @@
-import { call, type DispatchContext, type Target } from '../../delivery.ts';
+import { call, type DispatchContext, type Target } from '../../subscriber.ts';
 import { ShutdownAbort, type CallResult } from '../../../channels/channel.ts';
 import type { NotificationOfEvents } from './build.ts';
 import type { Pacer } from './pacer.ts';

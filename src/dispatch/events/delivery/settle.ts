@@ -1,6 +1,6 @@
 import type { Db } from '../../../db/database.ts';
 import { countRefusals, deactivate } from '../../../subscriptions/state.ts';
-import { countCalls, describeFailure, type DispatchContext, type Target } from '../../delivery.ts';
+import { countCalls, describeFailure, type DispatchContext, type Target } from '../../subscriber.ts';
 import type { CallResult } from '../../../channels/channel.ts';
 import type { VersionEvent } from '../../../db/jobs.ts';
 import { settleClaim } from '../log.ts';

@@ -1,4 +1,4 @@
-import { loadTarget, type DispatchContext, type Target } from '../../delivery.ts';
+import { loadTarget, type DispatchContext, type Target } from '../../subscriber.ts';
 import type { Claim } from '../../../db/sql/claim-subscription-events.ts';
 
 /**
