@@ -9,6 +9,7 @@ export const options = new Command('npm run bench --')
   .option('--backlog <n>', 'events queued before the workers start', '100000')
   .option('--history <n>', 'settled events (and calls) the history row adds to the log', '1000000')
   .option('--outage-seconds <n>', 'how long the outage row keeps its 50 subscribers failing', '60')
+  .option('--soak-minutes <n>', 'how long the soak row writes with its snapshot held (issue 35 asks for 40)', '1')
   .option('--only <rows>', 'only the rows whose names start with these, comma-separated (the ceilings always run)')
   .option(
     '--servers <servers>',
@@ -21,7 +22,17 @@ export const options = new Command('npm run bench --')
     'worker,serve',
   )
   .parse()
-  .opts<{ json?: boolean; rows: string; backlog: string; history: string; outageSeconds: string; only?: string; servers: string; processes: string }>();
+  .opts<{
+    json?: boolean;
+    rows: string;
+    backlog: string;
+    history: string;
+    outageSeconds: string;
+    soakMinutes: string;
+    only?: string;
+    servers: string;
+    processes: string;
+  }>();
 
 /** Whether a row is to be measured in this run (--only). */
 export const wanted = (name: string) => options.only === undefined || options.only.split(',').some((prefix) => name.startsWith(prefix.trim()));
