@@ -208,7 +208,10 @@ describe('a worker with DELIVERY_MAX_CLAIMED_BYTES', () => {
   });
   afterAll(() => stack?.close());
 
-  /** A receiver answering each call after 20 to 40 ms, that keeps the most bytes of bodies it held at once. */
+  /**
+   * A receiver answering each call after 80 to 120 ms, that keeps the most bytes of bodies it held at once. Long enough that a
+   * batch's calls overlap at the receiver even on a loaded machine, where a large body's next call can take tens of ms to arrive.
+   */
   async function slowReceiver(): Promise<Receiver & { mostBytesAtOnce: () => number; mostCallsAtOnce: () => number }> {
     const receiver = await stack.receiver();
     let bytes = 0;
@@ -216,7 +219,7 @@ describe('a worker with DELIVERY_MAX_CLAIMED_BYTES', () => {
     let mostBytes = 0;
     let mostCalls = 0;
     receiver.answer = (call) => {
-      const delayMs = 20 + Math.floor(Math.random() * 21);
+      const delayMs = 80 + Math.floor(Math.random() * 41);
       bytes += call.body.length;
       calls += 1;
       mostBytes = Math.max(mostBytes, bytes);
