@@ -68,25 +68,64 @@ export type EventOutcome = {
 /** A row of webhook.delivery_attempts as a sender writes it. */
 export type AttemptRow = Omit<DeliveryAttemptsTable, 'id'>;
 
+/** What a sender records of one claim's batch: its calls, its events' outcomes, and whether it goes on with the subscription. */
+export type ClaimSettlement = {
+  senderId: string;
+  subscriptionId: string;
+  outcomes: EventOutcome[];
+  attempts: AttemptRow[];
+  /** A delivery ends the subscription's run of refusals, and of deactivations (migration 0025), too. */
+  resetFailureCount: boolean;
+  /** Keeps the claim: the sender goes on with the subscription's next events. */
+  keepClaim?: boolean;
+  /** When a throttled subscription's next call may start, for its next sender. */
+  nextCallAt?: Date;
+};
+
 /**
  * Records a claim's calls and its events' outcomes, and releases the claim
- * unless `keepClaim` (a sender going on with the subscription's next
- * events), leaving `nextCallAt` for a throttled subscription's next sender, in one statement (in the caller's transaction when it has state
- * changes to make with them); with `resetFailureCount`, a delivery ends the
- * subscription's run of refusals, and of deactivations (migration 0025), too. An event abandoned meanwhile (its
- * subscription left `active`) stays so unless it was delivered or failed.
+ * unless `keepClaim`: settleClaims for one claim (in the caller's
+ * transaction when it has state changes to make with them).
  */
 export async function settleClaim(
   db: Db,
-  { senderId, subscriptionId }: { senderId: string; subscriptionId: string },
+  claim: { senderId: string; subscriptionId: string },
   outcomes: EventOutcome[],
   attempts: AttemptRow[],
-  { resetFailureCount, keepClaim = false, nextCallAt }: { resetFailureCount: boolean; keepClaim?: boolean; nextCallAt?: Date },
+  options: { resetFailureCount: boolean; keepClaim?: boolean; nextCallAt?: Date },
 ): Promise<void> {
+  await settleClaims(db, [{ ...claim, outcomes, attempts, ...options }]);
+}
+
+/**
+ * Records the calls and outcomes of claims of different subscriptions and
+ * releases each claim (unless it is kept) in one statement, as
+ * graphile-worker completes a batch of jobs in one: a sender whose
+ * deliveries end together settles them in one round trip
+ * (src/dispatch/events/delivery/settle-batches.ts). Each claim is released
+ * only where its sender still holds it. At most one settlement per
+ * subscription: an UPDATE applies one joined row per target row, so a
+ * second one would be lost. An event abandoned meanwhile (its subscription
+ * left `active`) stays so unless it was delivered or failed.
+ */
+export async function settleClaims(db: Db, settlements: ClaimSettlement[]): Promise<void> {
+  const subscriptionIds = settlements.map((settlement) => settlement.subscriptionId);
+  if (new Set(subscriptionIds).size !== subscriptionIds.length) throw new Error('settleClaims: at most one settlement per subscription in a statement');
+  const claims = settlements.map((settlement) => ({
+    sender_id: settlement.senderId,
+    subscription_id: settlement.subscriptionId,
+    keep_claim: settlement.keepClaim ?? false,
+    next_call_at: settlement.nextCallAt ?? null,
+  }));
+  const resets = settlements.filter((settlement) => settlement.resetFailureCount).map((settlement) => settlement.subscriptionId);
+  const outcomes = settlements.flatMap((settlement) => settlement.outcomes);
+  const attempts = settlements.flatMap((settlement) => settlement.attempts);
+  // Every table is reached by key through an array of ids: a join with jsonb_to_recordset's rows
+  // alone was planned as a scan of the whole table (the log: days of events).
   await sql`
     WITH reset AS (
       UPDATE webhook.subscriptions SET failure_count = 0, deactivations_in_a_row = 0, reactivation_not_before = NULL
-      WHERE ${resetFailureCount} AND id = ${subscriptionId} AND (failure_count > 0 OR deactivations_in_a_row > 0)
+      WHERE id = ANY (${resets}::uuid[]) AND (failure_count > 0 OR deactivations_in_a_row > 0)
     ), called AS (
       INSERT INTO webhook.delivery_attempts
         (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome, error, response_excerpt)
@@ -99,17 +138,17 @@ export async function settleClaim(
           settled_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END
       FROM jsonb_to_recordset(${JSON.stringify(outcomes.map((outcome) => ({ id: outcome.eventId, status: outcome.status, attempts: outcome.attempts, not_before: outcome.notBefore })))}::jsonb)
         AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
-      -- The ids again as an array: the planner finds them by primary key (a join with the
-      -- function's rows alone was planned as a scan of the whole log, days of events).
       WHERE event.id = ANY (${outcomes.map((outcome) => outcome.eventId)}::bigint[]) AND event.id = outcome.id
         AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
     )
-    UPDATE webhook.subscription_streams
-    SET claimed_by = CASE WHEN ${keepClaim} THEN claimed_by END,
-        claimed_at = CASE WHEN ${keepClaim} THEN claimed_at END,
-        next_call_at = coalesce(${nextCallAt ?? null}::timestamptz, next_call_at)
-    WHERE (NOT ${keepClaim} OR ${nextCallAt ?? null}::timestamptz IS NOT NULL)
-      AND subscription_id = ${subscriptionId} AND claimed_by = ${senderId}`.execute(db);
+    UPDATE webhook.subscription_streams stream
+    SET claimed_by = CASE WHEN claim.keep_claim THEN stream.claimed_by END,
+        claimed_at = CASE WHEN claim.keep_claim THEN stream.claimed_at END,
+        next_call_at = coalesce(claim.next_call_at, stream.next_call_at)
+    FROM jsonb_to_recordset(${JSON.stringify(claims)}::jsonb) AS claim(sender_id text, subscription_id uuid, keep_claim boolean, next_call_at timestamptz)
+    WHERE stream.subscription_id = ANY (${subscriptionIds}::uuid[]) AND stream.subscription_id = claim.subscription_id
+      AND stream.claimed_by = claim.sender_id
+      AND (NOT claim.keep_claim OR claim.next_call_at IS NOT NULL)`.execute(db);
 }
 
 /** When a throttled subscription's next call may start, as the sender before left it (webhook.subscription_streams.next_call_at). */

@@ -10,6 +10,7 @@ import { claimEvents, claimNextBatch, type Claim } from '../../db/sql/claim-subs
 import { ClaimedBytes, type HeldBatches } from './delivery/claimed-bytes.ts';
 import { deliverClaim, type Batch, type ClaimMore } from './delivery/deliver-claim.ts';
 import { FailingSubscribers } from './delivery/judge.ts';
+import { SettleBatches } from './delivery/settle-batches.ts';
 import { TargetCache } from './delivery/target.ts';
 import { loadVersions, versionsOf, type Versions } from './delivery/versions.ts';
 
@@ -61,6 +62,7 @@ export function startEventSender(
   const targets = new TargetCache();
   const failing = new FailingSubscribers();
   const held = new ClaimedBytes(context.delivery.maxClaimedBytes);
+  const settling = new SettleBatches(context.db);
   // Whether the loop waits for its batches to give bytes back: a delivery that ends then wakes it.
   let waitingForBytes = false;
   const shutdown = new AbortController();
@@ -115,7 +117,12 @@ export function startEventSender(
         await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
         return;
       }
-      await deliverClaim(context, id, claim, target, await versions, { signal: shutdown.signal, claimMore: claimMore(claim.subscriptionId, holding), failing });
+      await deliverClaim(context, id, claim, target, await versions, {
+        settling,
+        signal: shutdown.signal,
+        claimMore: claimMore(claim.subscriptionId, holding),
+        failing,
+      });
     } catch (error) {
       // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
       logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');

@@ -5,6 +5,7 @@ import { judge, startsWithProbe, withoutFailures, type FailingSubscribers } from
 import { Pacer } from './pacer.ts';
 import { send } from './send.ts';
 import { observeLatencies, settle } from './settle.ts';
+import type { SettleBatches } from './settle-batches.ts';
 import type { Versions } from './versions.ts';
 
 /**
@@ -57,8 +58,9 @@ export type ClaimMore = (afterEventId: string) => Promise<Batch>;
  * deactivate). After a retryable failure no new call starts: the subscriber
  * is likely down, and the events not yet sent wait for the retry with the
  * failed ones; after any failure the claim ends with its batch. Each batch
- * is recorded in one statement when all went well, else in one transaction
- * with the state changes that follow, the claim released.
+ * is recorded in the sender's next statement of settlements (`settling`)
+ * when all went well, else in one transaction with the state changes that
+ * follow, the claim released.
  */
 export async function deliverClaim(
   context: DispatchContext,
@@ -66,7 +68,7 @@ export async function deliverClaim(
   claim: Claim,
   target: Target,
   versions: Versions,
-  { signal, claimMore, failing }: { signal?: AbortSignal; claimMore?: ClaimMore; failing?: FailingSubscribers } = {},
+  { settling, signal, claimMore, failing }: { settling: SettleBatches; signal?: AbortSignal; claimMore?: ClaimMore; failing?: FailingSubscribers },
 ): Promise<void> {
   let batch: Batch = { events: claim.events, versions, moreDue: claim.moreDue };
   let recorded = Promise.resolve();
@@ -86,7 +88,7 @@ export async function deliverClaim(
       const goingOn = next !== undefined && next.events.length > 0;
       // Batches are recorded in order: the release comes after every batch before it.
       await recorded;
-      recorded = settle(context, senderId, target, verdict, { keepClaim: goingOn, nextCallAt: pacer?.nextCallAt });
+      recorded = settle(context, settling, senderId, target, verdict, { keepClaim: goingOn, nextCallAt: pacer?.nextCallAt });
       observeLatencies(context, notifications, results);
       if (!goingOn) return await recorded;
       // Awaited before the next batch is recorded; a failure then fails the claim.

@@ -7,6 +7,7 @@ import { settleClaim } from '../log.ts';
 import type { NotificationOfEvents } from './build.ts';
 import { withoutFailures, type Verdict } from './judge.ts';
 import type { Sent } from './send.ts';
+import type { SettleBatches } from './settle-batches.ts';
 
 /**
  * The settle stage of a claim's delivery (src/dispatch/events/delivery/deliver-claim.ts):
@@ -16,12 +17,15 @@ import type { Sent } from './send.ts';
 
 /**
  * Records a batch's calls and outcomes and releases the claim (unless
- * `keepClaim`, which only a batch without failures is given): in one
- * statement when nothing failed (the common path), else in one transaction
- * with the count of refusals and the deactivation, when it comes to that.
+ * `keepClaim`, which only a batch without failures is given): when nothing
+ * failed (the common path), in the sender's next statement of settlements
+ * (`batches`, with those of its other subscriptions), else in one
+ * transaction with the count of refusals and the deactivation, when it
+ * comes to that.
  */
 export async function settle(
   context: DispatchContext,
+  batches: SettleBatches,
   senderId: string,
   target: Target,
   verdict: Verdict,
@@ -30,7 +34,7 @@ export async function settle(
   const { records, calls, outcomes, exhausted, lastRefusal } = verdict;
   const claim = { senderId, subscriptionId: target.id };
   if (withoutFailures(verdict)) {
-    await settleClaim(context.db, claim, outcomes, records, { resetFailureCount: verdict.delivered, keepClaim, nextCallAt });
+    await batches.settle({ ...claim, outcomes, attempts: records, resetFailureCount: verdict.delivered, keepClaim, nextCallAt });
     countCalls(context, calls);
     return;
   }
