@@ -626,6 +626,95 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.claim_events_of_subscriptions(worker text, candidates uuid[], max_subscriptions integer, max_events integer, max_bytes bigint)
+ RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  candidate uuid;
+  free uuid;
+  events_before bigint;
+  claimed uuid[];
+  left_out uuid[];
+  batch bigint[];
+  batch_bytes integer[];
+  bytes_left bigint := max_bytes;
+  taken integer;
+  more boolean;
+  due record;
+BEGIN
+  -- The candidates in order, locked one by one until max_subscriptions are
+  -- claimed or the bytes are: each is one probe by key, and the loop stops
+  -- there (a single statement over all the candidates would test and sort
+  -- them all, a thousand for a write that matched a thousand subscriptions).
+  FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
+    EXIT WHEN coalesce(cardinality(claimed), 0) >= max_subscriptions OR (bytes_left <= 0 AND batch IS NOT NULL);
+    SELECT stream.subscription_id, held_back.events_before INTO free, events_before
+    FROM webhook.subscription_streams stream
+    JOIN webhook.subscriptions s ON s.id = stream.subscription_id
+    CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
+                                    ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
+    WHERE stream.subscription_id = candidate
+      AND stream.claimed_by IS NULL
+      AND s.status = 'active'
+      AND EXISTS (SELECT FROM webhook.subscription_events e
+                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
+                     AND e.id < held_back.events_before
+                     AND (e.not_before IS NULL OR e.not_before <= now()))
+    FOR UPDATE OF stream SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+
+    -- Its due events in log order, each with the size of its version, one
+    -- past max_events to know whether any is left out.
+    taken := 0;
+    more := false;
+    FOR due IN SELECT * FROM webhook.due_events_with_sizes(free, 0, events_before, max_events + 1) LOOP
+      IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
+        more := true;
+        EXIT;
+      END IF;
+      batch := array_append(batch, due.id);
+      batch_bytes := array_append(batch_bytes, due.size);
+      bytes_left := bytes_left - due.size;
+      taken := taken + 1;
+    END LOOP;
+    -- Not even its first event fits in the bytes left: the claim is full.
+    -- The subscription stays free (its row's lock ends with the claim's
+    -- transaction), first in line for the next claim.
+    EXIT WHEN taken = 0;
+    claimed := array_append(claimed, free);
+    IF more THEN
+      left_out := array_append(left_out, free);
+    END IF;
+  END LOOP;
+  IF claimed IS NULL THEN
+    RETURN;
+  END IF;
+
+  UPDATE webhook.subscription_streams stream
+  SET claimed_by = worker, claimed_at = now()
+  WHERE stream.subscription_id = ANY (claimed);
+
+  RETURN QUERY
+    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
+           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
+           counted.size, prepared.subscription_id = ANY (coalesce(left_out, '{}'))
+    FROM webhook.prepare_claimed_events(batch) prepared
+    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
+    ORDER BY prepared.subscription_id, prepared.event_id;
+
+  -- A subscription every claimed event of which was set aside (a retry of a
+  -- version older than one already sent) is not in the answer: released
+  -- now, not held by a sender that never heard of it until the sweep of
+  -- stranded claims frees it 10 s later.
+  UPDATE webhook.subscription_streams stream
+  SET claimed_by = NULL, claimed_at = NULL
+  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
+    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
+                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptions integer)
  RETURNS TABLE(subscription_id uuid, subscription_version integer, last_event_number bigint)
  LANGUAGE sql
@@ -700,114 +789,10 @@ CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_su
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  pending_subscriptions integer;
-  mine integer;
-  live_workers integer;
-  candidates uuid[];
-  candidate uuid;
-  wanted integer;
-  free uuid;
-  events_before bigint;
-  claimed uuid[];
-  left_out uuid[];
-  batch bigint[];
-  batch_bytes integer[];
-  bytes_left bigint := max_bytes;
-  taken integer;
-  more boolean;
-  due record;
+  found record;
 BEGIN
-  WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
-    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
-    UNION ALL
-    SELECT next.subscription_id, next.id
-    FROM with_pending
-    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
-                         ORDER BY e.subscription_id, e.id LIMIT 1) next
-  )
-  SELECT count(*),
-         count(*) FILTER (WHERE stream.claimed_by = worker),
-         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
-  INTO pending_subscriptions, mine, candidates
-  FROM with_pending
-  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
-
-  SELECT greatest(count(*), 1) INTO live_workers
-  FROM webhook.worker_pools pool
-  WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
-
-  -- The free candidates in order, locked one by one until the share is
-  -- claimed or the bytes are: each is one probe by key, and the loop stops
-  -- there (a single statement over all the candidates would test and sort
-  -- them all, a thousand for a write that matched a thousand subscriptions).
-  wanted := greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0);
-  FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
-    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted OR (bytes_left <= 0 AND batch IS NOT NULL);
-    SELECT stream.subscription_id, held_back.events_before INTO free, events_before
-    FROM webhook.subscription_streams stream
-    JOIN webhook.subscriptions s ON s.id = stream.subscription_id
-    CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
-                                    ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
-    WHERE stream.subscription_id = candidate
-      AND stream.claimed_by IS NULL
-      AND s.status = 'active'
-      AND EXISTS (SELECT FROM webhook.subscription_events e
-                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND e.id < held_back.events_before
-                     AND (e.not_before IS NULL OR e.not_before <= now()))
-    FOR UPDATE OF stream SKIP LOCKED;
-    CONTINUE WHEN NOT FOUND;
-
-    -- Its due events in log order, each with the size of its version, one
-    -- past max_events to know whether any is left out.
-    taken := 0;
-    more := false;
-    FOR due IN SELECT * FROM webhook.due_events_with_sizes(free, 0, events_before, max_events + 1) LOOP
-      IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
-        more := true;
-        EXIT;
-      END IF;
-      batch := array_append(batch, due.id);
-      batch_bytes := array_append(batch_bytes, due.size);
-      bytes_left := bytes_left - due.size;
-      taken := taken + 1;
-    END LOOP;
-    -- Not even its first event fits in the bytes left: the claim is full.
-    -- The subscription stays free (its row's lock ends with the claim's
-    -- transaction), first in line for the next claim.
-    EXIT WHEN taken = 0;
-    claimed := array_append(claimed, free);
-    IF more THEN
-      left_out := array_append(left_out, free);
-    END IF;
-  END LOOP;
-  IF claimed IS NULL THEN
-    RETURN;
-  END IF;
-
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = worker, claimed_at = now()
-  WHERE stream.subscription_id = ANY (claimed);
-
-  RETURN QUERY
-    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
-           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
-           counted.size, prepared.subscription_id = ANY (coalesce(left_out, '{}'))
-    FROM webhook.prepare_claimed_events(batch) prepared
-    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
-    ORDER BY prepared.subscription_id, prepared.event_id;
-
-  -- A subscription every claimed event of which was set aside (a retry of a
-  -- version older than one already sent) is not in the answer: released
-  -- now, not held by a sender that never heard of it until the sweep of
-  -- stranded claims frees it 10 s later.
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = NULL, claimed_at = NULL
-  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
-                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
+  SELECT * INTO found FROM webhook.subscriptions_to_claim(worker);
+  RETURN QUERY SELECT * FROM webhook.claim_events_of_subscriptions(worker, found.candidates, least(max_subscriptions, found.share), max_events, max_bytes);
 END
 $function$;
 
@@ -1256,6 +1241,44 @@ CREATE OR REPLACE FUNCTION webhook.subscription_is_superseded(subscription_id uu
  LANGUAGE sql
  STABLE PARALLEL SAFE
 RETURN (EXISTS (SELECT 1 FROM (webhook.subscriptions this JOIN webhook.subscriptions newer ON (((webhook.criteria_digest(newer.criteria) = webhook.criteria_digest(this.criteria)) AND (newer.criteria = this.criteria) AND (NOT (newer.filter_criteria IS DISTINCT FROM this.filter_criteria)) AND (newer.created_at > this.created_at) AND (NOT (newer.created_by_api_key IS DISTINCT FROM this.created_by_api_key))))) WHERE (this.id = subscription_is_superseded.subscription_id)));
+
+CREATE OR REPLACE FUNCTION webhook.subscriptions_to_claim(worker text)
+ RETURNS TABLE(share integer, candidates uuid[])
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  pending_subscriptions integer;
+  mine integer;
+  live_workers integer;
+  free uuid[];
+BEGIN
+  WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
+    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
+      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
+    UNION ALL
+    SELECT next.subscription_id, next.id
+    FROM with_pending
+    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
+                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
+                         ORDER BY e.subscription_id, e.id LIMIT 1) next
+  )
+  SELECT count(*),
+         count(*) FILTER (WHERE stream.claimed_by = worker),
+         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
+  INTO pending_subscriptions, mine, free
+  FROM with_pending
+  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
+
+  SELECT greatest(count(*), 1) INTO live_workers
+  FROM webhook.worker_pools pool
+  WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
+
+  share := greatest(ceil(pending_subscriptions::numeric / live_workers)::integer - mine, 0);
+  candidates := coalesce(free, '{}');
+  RETURN NEXT;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION webhook.topic_trigger_fires(trigger jsonb, interaction text, previous jsonb, current jsonb)
  RETURNS boolean

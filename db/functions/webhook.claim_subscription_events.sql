@@ -1,50 +1,9 @@
--- A worker's claim: the due events of up to max_subscriptions subscriptions
--- that no worker is sending, up to max_events each and max_bytes in all, in
--- one statement. A broad write (one resource, a thousand subscriptions)
--- costs a few claims, not a thousand jobs.
---
--- A subscription is claimed by one worker at a time (its row of
--- webhook.subscription_streams, locked FOR UPDATE SKIP LOCKED, then marked
--- claimed_by): its events go out in log order, at most DELIVERY_PARALLEL_CALLS
--- at once, and a subscriber that hangs holds only its own claim. The worker
--- releases it when it has recorded the outcome (src/dispatch/events/log.ts);
--- a worker that dies is dropped from webhook.worker_pools, which frees it.
---
--- The subscriptions with pending events are found by a loose scan of the
--- pending-events index (one probe per such subscription): idle subscriptions
--- cost nothing, however many there are. The free ones are claimed oldest
--- pending event first, so that no subscription waits behind busier ones.
---
--- Each worker takes at most its share: the subscriptions with pending events
--- divided by the live workers (webhook.worker_pools, event senders heard from
--- in the last 20 seconds), less those it holds. Without it, a worker that
--- releases a subscription would claim it again at once, and the others, which
--- claim when a write's NOTIFY or their poll wakes them, would find nothing
--- free: one process would do the work of all.
---
--- Bounded by bytes too (DELIVERY_MAX_CLAIMED_BYTES, src/dispatch/events/sender.ts):
--- the worker loads every claimed event's resource version and keeps it while
--- it sends, so a claim of a hundred 10 MB resources would hold a gigabyte.
--- Each version is counted at its size uncompressed, about the size of its
--- JSON text, what the worker holds (webhook.due_events_with_sizes).
---
--- Each subscription's events are taken in log order while they fit, read
--- and counted one at a time, no further than the first that does not: the
--- events left out stay pending and come first in its next batch. A
--- subscription none of whose events fits is not claimed, and ends the claim
--- (it is then first in line for the next). The claim's first event is taken
--- whatever its size, so that a version larger than the bound still goes,
--- alone.
---
--- A topic-based subscription's events are claimed in order: none while an
--- earlier one waits for its retry (webhook.first_event_waiting_for_retry).
---
--- The claimed events are superseded or numbered, and returned in the order to
--- send them, by webhook.prepare_claimed_events, each with the bytes it was
--- counted for and whether its subscription has due events left out of the
--- claim (by max_events or max_bytes). A worker that got such a batch takes
--- the subscription's next events, without releasing it, with
--- webhook.claim_more_subscription_events.
+-- A worker's claim in one statement: the subscriptions it may claim now
+-- (webhook.subscriptions_to_claim: oldest pending event first, within its
+-- share) claimed as webhook.claim_events_of_subscriptions claims them, up to
+-- max_subscriptions. A sender that keeps the list between claims calls the
+-- two itself (src/dispatch/events/sender.ts); this is the claim of tools and
+-- tests, and of senders of an earlier release during an upgrade.
 
 CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_subscriptions integer, max_events integer, max_bytes bigint)
   RETURNS TABLE (subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint,
@@ -53,113 +12,9 @@ CREATE OR REPLACE FUNCTION webhook.claim_subscription_events(worker text, max_su
   LANGUAGE plpgsql
   AS $$
 DECLARE
-  pending_subscriptions integer;
-  mine integer;
-  live_workers integer;
-  candidates uuid[];
-  candidate uuid;
-  wanted integer;
-  free uuid;
-  events_before bigint;
-  claimed uuid[];
-  left_out uuid[];
-  batch bigint[];
-  batch_bytes integer[];
-  bytes_left bigint := max_bytes;
-  taken integer;
-  more boolean;
-  due record;
+  found record;
 BEGIN
-  WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
-    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
-    UNION ALL
-    SELECT next.subscription_id, next.id
-    FROM with_pending
-    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
-                         ORDER BY e.subscription_id, e.id LIMIT 1) next
-  )
-  SELECT count(*),
-         count(*) FILTER (WHERE stream.claimed_by = worker),
-         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
-  INTO pending_subscriptions, mine, candidates
-  FROM with_pending
-  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
-
-  SELECT greatest(count(*), 1) INTO live_workers
-  FROM webhook.worker_pools pool
-  WHERE pool.kind = 'event-sender' AND webhook.worker_pool_is_live(pool.last_seen);
-
-  -- The free candidates in order, locked one by one until the share is
-  -- claimed or the bytes are: each is one probe by key, and the loop stops
-  -- there (a single statement over all the candidates would test and sort
-  -- them all, a thousand for a write that matched a thousand subscriptions).
-  wanted := greatest(least(max_subscriptions, ceil(pending_subscriptions::numeric / live_workers)::integer - mine), 0);
-  FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
-    EXIT WHEN coalesce(cardinality(claimed), 0) >= wanted OR (bytes_left <= 0 AND batch IS NOT NULL);
-    SELECT stream.subscription_id, held_back.events_before INTO free, events_before
-    FROM webhook.subscription_streams stream
-    JOIN webhook.subscriptions s ON s.id = stream.subscription_id
-    CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
-                                    ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
-    WHERE stream.subscription_id = candidate
-      AND stream.claimed_by IS NULL
-      AND s.status = 'active'
-      AND EXISTS (SELECT FROM webhook.subscription_events e
-                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND e.id < held_back.events_before
-                     AND (e.not_before IS NULL OR e.not_before <= now()))
-    FOR UPDATE OF stream SKIP LOCKED;
-    CONTINUE WHEN NOT FOUND;
-
-    -- Its due events in log order, each with the size of its version, one
-    -- past max_events to know whether any is left out.
-    taken := 0;
-    more := false;
-    FOR due IN SELECT * FROM webhook.due_events_with_sizes(free, 0, events_before, max_events + 1) LOOP
-      IF taken = max_events OR (due.size > bytes_left AND batch IS NOT NULL) THEN
-        more := true;
-        EXIT;
-      END IF;
-      batch := array_append(batch, due.id);
-      batch_bytes := array_append(batch_bytes, due.size);
-      bytes_left := bytes_left - due.size;
-      taken := taken + 1;
-    END LOOP;
-    -- Not even its first event fits in the bytes left: the claim is full.
-    -- The subscription stays free (its row's lock ends with the claim's
-    -- transaction), first in line for the next claim.
-    EXIT WHEN taken = 0;
-    claimed := array_append(claimed, free);
-    IF more THEN
-      left_out := array_append(left_out, free);
-    END IF;
-  END LOOP;
-  IF claimed IS NULL THEN
-    RETURN;
-  END IF;
-
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = worker, claimed_at = now()
-  WHERE stream.subscription_id = ANY (claimed);
-
-  RETURN QUERY
-    SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
-           prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
-           counted.size, prepared.subscription_id = ANY (coalesce(left_out, '{}'))
-    FROM webhook.prepare_claimed_events(batch) prepared
-    JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
-    ORDER BY prepared.subscription_id, prepared.event_id;
-
-  -- A subscription every claimed event of which was set aside (a retry of a
-  -- version older than one already sent) is not in the answer: released
-  -- now, not held by a sender that never heard of it until the sweep of
-  -- stranded claims frees it 10 s later.
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = NULL, claimed_at = NULL
-  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
-                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
+  SELECT * INTO found FROM webhook.subscriptions_to_claim(worker);
+  RETURN QUERY SELECT * FROM webhook.claim_events_of_subscriptions(worker, found.candidates, least(max_subscriptions, found.share), max_events, max_bytes);
 END
 $$;

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SubscriptionStatus } from '../../src/db/schema.ts';
-import { claimEvents, claimNextBatch, maxEventsPerClaim } from '../../src/db/sql/claim-subscription-events.ts';
+import { claimCandidates, claimEvents, claimNextBatch, maxEventsPerClaim, subscriptionsToClaim } from '../../src/db/sql/claim-subscription-events.ts';
 import { eventsChannel, settleClaim } from '../../src/dispatch/events/log.ts';
 import { jobPayloads, taskFor, type JobName } from '../../src/db/jobs.ts';
 import { compileCriteria } from '../../src/search/criteria.ts';
@@ -233,6 +233,36 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await release('sender-a', subscriptions.get('proposed')!);
     expect(await claimed('sender-b')).toEqual([]);
     expect(await claimed('sender-a')).toEqual(of('proposed'));
+  });
+
+  it('can be made from a list kept between claims, in its order, passing over what was claimed, sent or deactivated since', async () => {
+    await database.pool.query(`UPDATE webhook.worker_pools SET last_seen = now() - interval '1 minute' WHERE pool_id = 'sender-b'`);
+    const statuses = ['proposed', 'noshow', 'cancelled', 'booked', 'pending'];
+    const subscriptions = new Map<string, string>();
+    for (const status of statuses) subscriptions.set(status, await subscribe(`Appointment?status=${status}`, 'active'));
+    for (const status of statuses) await write(`for-${status}`, status);
+    const of = (status: string) => subscriptions.get(status)!;
+    // The scan: every subscription with pending events, the oldest pending event first, and sender-a's share (the only live sender).
+    const candidates = await subscriptionsToClaim(database.db, 'sender-a');
+    expect(candidates).toEqual({ share: 5, subscriptionIds: statuses.map(of) });
+    // Since: another sender claimed one, another's events went (as a sender records them), another was deactivated.
+    expect((await claimCandidates(database.db, 'sender-b', [of('proposed')], 1)).map((claim) => claim.subscriptionId)).toEqual([of('proposed')]);
+    await database.pool.query(`UPDATE webhook.subscription_events SET status = 'delivered', settled_at = now() WHERE subscription_id = $1`, [of('noshow')]);
+    await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [of('cancelled')]);
+    const claimed = await claimCandidates(database.db, 'sender-a', candidates.subscriptionIds, 1);
+    expect(claimed.map((claim) => [claim.subscriptionId, claim.events.map((event) => event.resourceId)])).toEqual([[of('booked'), ['for-booked']]]);
+    const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by FROM webhook.subscription_streams`);
+    expect(new Map(rows.map((row) => [row.subscription_id, row.claimed_by]))).toEqual(
+      new Map([
+        [of('proposed'), 'sender-b'],
+        [of('noshow'), null],
+        [of('cancelled'), null],
+        [of('booked'), 'sender-a'],
+        [of('pending'), null],
+      ]),
+    );
+    // The rest of the list, for the next claim.
+    expect((await claimCandidates(database.db, 'sender-a', [of('pending')], 4)).map((claim) => claim.subscriptionId)).toEqual([of('pending')]);
   });
 
   it('take at most maxEventsPerClaim events of a subscription, numbered on from the last, gapless', async () => {

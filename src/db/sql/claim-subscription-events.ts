@@ -4,7 +4,9 @@ import type { VersionEvent } from '../jobs.ts';
 
 /**
  * A sender's claims of the subscription event log: the first claim
- * (db/functions/webhook.claim_subscription_events.sql) and the next batch of
+ * (db/functions/webhook.claim_subscription_events.sql, or its two halves,
+ * webhook.subscriptions_to_claim and webhook.claim_events_of_subscriptions, for a
+ * sender that keeps the list of candidates between claims) and the next batch of
  * a subscription it holds (db/functions/webhook.claim_more_subscription_events.sql).
  * Both return the rows of webhook.prepare_claimed_events, read here once as
  * Claims.
@@ -48,6 +50,39 @@ export type Claim = {
 export async function claimEvents(db: Db, senderId: string, maxSubscriptions: number, maxBytes = unboundedBytes): Promise<Claim[]> {
   const { rows } = await sql<ClaimedRow>`
     SELECT * FROM webhook.claim_subscription_events(${senderId}, ${maxSubscriptions}, ${maxEventsPerClaim}, ${maxBytes})`.execute(db);
+  return claimsOf(rows);
+}
+
+/** The subscriptions a sender may claim now, oldest pending event first, and how many of them its share allows. */
+export type Candidates = { share: number; subscriptionIds: string[] };
+
+/**
+ * The subscriptions with pending events that no sender holds, and this
+ * sender's share of them (db/functions/webhook.subscriptions_to_claim.sql):
+ * the first half of claimEvents, whose list a sender keeps and claims from
+ * with claimCandidates.
+ */
+export async function subscriptionsToClaim(db: Db, senderId: string): Promise<Candidates> {
+  const { rows } = await sql<{ share: number; candidates: string[] }>`SELECT * FROM webhook.subscriptions_to_claim(${senderId})`.execute(db);
+  return { share: rows[0]!.share, subscriptionIds: rows[0]!.candidates };
+}
+
+/**
+ * Claims the due events of up to `maxSubscriptions` of the subscriptions
+ * given, in their order, passing over those claimed or sent since, up to
+ * `maxBytes` as claimEvents does (db/functions/webhook.claim_events_of_subscriptions.sql).
+ */
+export async function claimCandidates(
+  db: Db,
+  senderId: string,
+  subscriptionIds: string[],
+  maxSubscriptions: number,
+  maxBytes = unboundedBytes,
+): Promise<Claim[]> {
+  const { rows } = await sql<ClaimedRow>`
+    SELECT * FROM webhook.claim_events_of_subscriptions(${senderId}, ${subscriptionIds}::uuid[], ${maxSubscriptions}, ${maxEventsPerClaim}, ${maxBytes})`.execute(
+    db,
+  );
   return claimsOf(rows);
 }
 

@@ -6,7 +6,7 @@ import type { DispatchContext } from '../subscriber.ts';
 import { sendHeartbeat } from './heartbeats.ts';
 import { eventsChannel, settleClaim } from './log.ts';
 import { claimHeartbeats } from '../../db/sql/claim-heartbeats.ts';
-import { claimEvents, claimNextBatch, type Claim } from '../../db/sql/claim-subscription-events.ts';
+import { claimCandidates, claimNextBatch, subscriptionsToClaim, type Candidates, type Claim } from '../../db/sql/claim-subscription-events.ts';
 import { ClaimedBytes, type HeldBatches } from './delivery/claimed-bytes.ts';
 import { deliverClaim, type Batch, type ClaimMore } from './delivery/deliver-claim.ts';
 import { FailingSubscribers } from './delivery/judge.ts';
@@ -18,11 +18,10 @@ import { loadVersions, versionsOf, type Versions } from './delivery/versions.ts'
 const maxSubscriptionsPerClaim = 32;
 /**
  * Once a delivery ends, the sender claims again when at least this share of
- * its concurrency is free (or nothing is left in flight). A claim reads every
- * subscription with pending events (to take the oldest first, and its share):
- * claiming for each delivery that ended, one free slot at a time, made a
- * write matching 1,000 subscriptions cost about 1,000 claims, most of the
- * database's work. New events (a NOTIFY) and the poll claim whatever is free.
+ * its concurrency is free (or nothing is left in flight): claiming for each
+ * delivery that ended, one free slot at a time, made a write matching 1,000
+ * subscriptions cost about 1,000 claims, most of the database's work. New
+ * events (a NOTIFY) and the poll claim whatever is free.
  */
 const refillShare = 1 / 4;
 /** How often a sender looks for due events without being told: retries coming due, a notification missed while reconnecting. */
@@ -70,14 +69,26 @@ export function startEventSender(
   // Whether there may be events to claim; wake() resumes the loop when it sleeps.
   let wanted = true;
   let wake = () => {};
-  const nudge = () => {
+  // The subscriptions to claim from, as the last scan found them (subscriptionsToClaim: a read of every subscription
+  // with pending events), and what is left of this sender's share. The claims that refill the slots of ended
+  // deliveries take them from here; new events (a NOTIFY) and the poll (retries come due) make the next claim scan again,
+  // and so does a list used up.
+  let candidates: Candidates = { share: 0, subscriptionIds: [] };
+  let scanWanted = true;
+  const nudge = ({ newEvents }: { newEvents: boolean }) => {
     wanted = true;
+    if (newEvents) scanWanted = true;
     wake();
   };
 
-  const listener = listenForEvents(connectionString, nudge, logger, () => stopping);
+  const listener = listenForEvents(
+    connectionString,
+    () => nudge({ newEvents: true }),
+    logger,
+    () => stopping,
+  );
   const poll = setInterval(() => {
-    nudge();
+    nudge({ newEvents: true });
     void beatHearts();
   }, pollIntervalMs);
   poll.unref();
@@ -164,8 +175,15 @@ export function startEventSender(
       const maxBytes = Math.ceil(held.left / 2);
       const giveBack = held.reserve(maxBytes);
       let claims: Claim[];
+      const scanned = scanWanted || candidates.subscriptionIds.length === 0 || candidates.share <= 0;
       try {
-        claims = await claimEvents(context.db, id, free, maxBytes);
+        if (scanned) {
+          scanWanted = false;
+          candidates = await subscriptionsToClaim(context.db, id);
+        }
+        const wantedNow = Math.min(free, candidates.share);
+        claims = wantedNow > 0 ? await claimCandidates(context.db, id, candidates.subscriptionIds, wantedNow, maxBytes) : [];
+        candidates = candidatesLeft(candidates, claims);
       } catch (error) {
         logger.warn({ err: error }, 'could not claim subscription events; trying again in 1 s');
         await sleep(pollIntervalMs);
@@ -173,8 +191,12 @@ export function startEventSender(
       } finally {
         giveBack();
       }
-      // A full claim may have left more behind.
+      // A full claim may have left more behind; a list used up may not have held every subscription waiting.
       if (claims.length === free) wanted = true;
+      else if (!scanned && candidates.subscriptionIds.length === 0) {
+        scanWanted = true;
+        wanted = true;
+      }
       if (claims.length === 0) continue;
       // One read of the resource versions for all of them: a write matching many subscriptions is read once.
       const loaded = loadVersions(
@@ -191,7 +213,7 @@ export function startEventSender(
           deliver(claim, versions, holding).finally(() => {
             working.delete(claim.subscriptionId);
             holding.release();
-            if (working.size === 0 || concurrency - working.size >= refillAt || (waitingForBytes && held.left > 0)) nudge();
+            if (working.size === 0 || concurrency - working.size >= refillAt || (waitingForBytes && held.left > 0)) nudge({ newEvents: false });
           }),
         );
       }
@@ -278,4 +300,15 @@ export function listenForEvents(
       await client?.end().catch(() => undefined);
     },
   };
+}
+
+/**
+ * The candidates a claim leaves: those after the last it claimed (it passed
+ * over the ones before, claimed or sent elsewhere), none when it claimed
+ * none (it found none free), and the share less what it claimed.
+ */
+function candidatesLeft(candidates: Candidates, claims: Claim[]): Candidates {
+  const claimed = new Set(claims.map((claim) => claim.subscriptionId));
+  const lastClaimed = candidates.subscriptionIds.findLastIndex((subscriptionId) => claimed.has(subscriptionId));
+  return { share: candidates.share - claims.length, subscriptionIds: claims.length === 0 ? [] : candidates.subscriptionIds.slice(lastClaimed + 1) };
 }
