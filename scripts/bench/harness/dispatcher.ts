@@ -118,9 +118,11 @@ export async function withDispatcherProcesses<T>(
   for (const pid of pids) runningDispatchers.add(pid);
   const database = connectDatabase(url, (error) => logger.warn({ err: error }, 'idle connection failed'));
   const served = port === undefined ? undefined : await servedApi(port, apiKey);
+  let result: T;
+  let exitedEarly: string[];
   try {
     const insert = async (resource: object) => void (await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [JSON.stringify(resource)]));
-    return await body({
+    result = await body({
       kind,
       database,
       receiver,
@@ -133,12 +135,19 @@ export async function withDispatcherProcesses<T>(
     });
   } finally {
     await served?.close();
-    rowPeakRssKiB = Math.max(rowPeakRssKiB, ...pids.map(peakRssKiB));
+    // A process that exited during the row has no /proc entry left to read: the row fails below, naming it.
+    exitedEarly = children
+      .filter((child) => child.exitCode !== null || child.signalCode !== null)
+      .map((child) => `${child.pid} (${child.exitCode ?? child.signalCode})`);
+    const running = children.filter((child) => child.exitCode === null && child.signalCode === null).map((child) => child.pid!);
+    rowPeakRssKiB = Math.max(rowPeakRssKiB, ...running.map(peakRssKiB));
     for (const pid of pids) runningDispatchers.delete(pid);
     for (const child of children) child.kill('SIGTERM');
     await Promise.all(exited);
     await database.close();
   }
+  if (exitedEarly.length > 0) throw new Error(`a ${kind} process exited before the row's end: ${exitedEarly.join(', ')}`);
+  return result;
 }
 
 /**
