@@ -35,7 +35,8 @@
  *              subscriptions (10 each) on the API the column runs, each write
  *              at 50/s for 10 s matching one: p99 commit → frame ≤ 25 ms, a
  *              just-bound subscription's first frame ≤ 50 ms; every frame
- *              once and in order per client (issue 35)
+ *              once and in order per client (issue 35); then the same with
+ *              each subscription's clients on two API servers
  *   isolation  20 hanging subscribers beside one at 10 writes/s: its p99 ≤ 50 ms
  *   backlog    100,000 events recorded while no worker runs, then drained: the
  *              rate of the last 10% ≥ 0.8× the first 10%, nothing left behind
@@ -135,6 +136,7 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
         await measure('latency', () => latency(bench, 11, 'arrived'));
         await measure('sparse', () => sparse(bench, 1_000));
         await measure('websocket', () => websocketFrames(bench, 20, 10));
+        await measure('websocket', () => websocketFrames(bench, 20, 10, 2));
         // After the latency rows: its 20,000 settled events leave the pending-events index to vacuum.
         await measure('broad', () => broad(bench, 1_000, 20));
         await measure('isolation', () => isolation(bench));

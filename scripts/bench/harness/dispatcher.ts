@@ -44,6 +44,8 @@ export type Bench = {
   openApi: () => Promise<Api>;
   /** The API the websocket clients connect to: in this process (on a port of its own) for `worker`, the serve process's for `serve`. */
   openListeningApi: () => Promise<ListeningApi>;
+  /** An API in this process, on a port of its own, whatever the column: a second API server beside the column's. */
+  openOwnListeningApi: () => Promise<ListeningApi>;
 };
 
 /** The worker processes running now, by pid. */
@@ -132,6 +134,7 @@ export async function withDispatcherProcesses<T>(
       openApi: served === undefined ? () => apiInThisProcess(database) : async () => ({ postBundle: served.postBundle, close: async () => undefined }),
       openListeningApi:
         served === undefined ? () => listeningApiInThisProcess(database) : async () => ({ origin: served.origin, close: async () => undefined }),
+      openOwnListeningApi: () => listeningApiInThisProcess(database),
     });
   } finally {
     await served?.close();

@@ -24,10 +24,18 @@ import type { Row } from '../harness/table.ts';
  * subscription's first frame, the one whose notification path is cold. Every
  * client is checked to get each event of its subscription once, in number
  * order.
+ *
+ * With `servers` 2, each subscription's clients are bound in turn to the
+ * column's API and to a second API server that the bench runs in its own
+ * process (two processes for `serve`; for `worker`, two servers in the
+ * bench's process that share only the database): each relays the frames
+ * from webhook.websocket_notifications to its own clients.
  */
-export async function websocketFrames(bench: Bench, subscriptions: number, clientsEach: number): Promise<Row[]> {
+export async function websocketFrames(bench: Bench, subscriptions: number, clientsEach: number, servers: 1 | 2 = 1): Promise<Row[]> {
   const writes = 500;
-  const api = await bench.openListeningApi();
+  // Ids of their own for each variant, run one after the other on one database.
+  const prefix = servers === 2 ? 'websocket-two' : 'websocket';
+  const apis = [await bench.openListeningApi(), ...(servers === 2 ? [await bench.openOwnListeningApi()] : [])];
   const clients: BoundClient[] = [];
   const frames = commitClock();
   const firstFrames = commitClock();
@@ -37,20 +45,22 @@ export async function websocketFrames(bench: Bench, subscriptions: number, clien
     for (let k = 1; k <= subscriptions; k++) {
       // A key per subscription: one key's clients are at most WEBSOCKET_MAX_CONNECTIONS_PER_KEY (20).
       const { id: apiKeyId, key } = await createApiKey(bench.database.db, 'bench');
-      const id = await websocketSubscription(bench, topic, `Patient/websocket-${k}`, apiKeyId);
+      const id = await websocketSubscription(bench, topic, `Patient/${prefix}-${k}`, apiKeyId);
       ids.push(id);
       // One at a time: an address holds at most WEBSOCKET_MAX_UNBOUND_PER_ADDRESS (10) connections not yet bound.
-      for (let c = 0; c < clientsEach; c++)
-        clients.push(await bindClient(websocketUrl(api.origin), await bindingToken(api.origin, key, id), frames, firstFrames));
+      for (let c = 0; c < clientsEach; c++) {
+        const { origin } = apis[c % apis.length]!;
+        clients.push(await bindClient(websocketUrl(origin), await bindingToken(origin, key, id), frames, firstFrames));
+      }
     }
     await pacedWrites(
       bench,
       (n) => ({
         resourceType: 'Encounter',
-        id: `websocket-${n}`,
+        id: `${prefix}-${n}`,
         status: 'finished',
         class: { code: 'AMB' },
-        subject: { reference: `Patient/websocket-${((n - 1) % subscriptions) + 1}` },
+        subject: { reference: `Patient/${prefix}-${((n - 1) % subscriptions) + 1}` },
       }),
       (id) => {
         frames.acknowledged(id);
@@ -66,13 +76,14 @@ export async function websocketFrames(bench: Bench, subscriptions: number, clien
     await sleep(500);
     await bench.database.pool.query(`UPDATE webhook.subscriptions SET status = 'off', ended_at = now() WHERE id = ANY($1)`, [ids]);
     const checks = frameChecks(clients, events);
-    const label = `websocket: ${clients.length} bound clients on ${subscriptions} subscriptions at 50 writes/s`;
+    const across = servers === 2 ? ', across two API servers' : '';
+    const label = `websocket${across}: ${clients.length} bound clients on ${subscriptions} subscriptions at 50 writes/s`;
     const perFrame = latencyRow(label, frames.latencies, 25, 'frame');
     const worstFirst = Math.max(...firstFrames.latencies);
     return [
       { ...perFrame, met: perFrame.met === true && checks.clean, checks: `${perFrame.checks}; ${checks.told}` },
       {
-        row: `websocket first frame: commit of a just-bound subscription's first write → its first frame, worst of ${clients.length} clients`,
+        row: `websocket first frame${across}: commit of a just-bound subscription's first write → its first frame, worst of ${clients.length} clients`,
         figure: worstFirst,
         unit: 'ms',
         target: '≤ 50 ms',
@@ -82,7 +93,7 @@ export async function websocketFrames(bench: Bench, subscriptions: number, clien
     ];
   } finally {
     await Promise.all(clients.map((client) => client.close()));
-    await api.close();
+    for (const api of apis) await api.close();
   }
 }
 
