@@ -62,6 +62,8 @@ BEGIN
   -- them all, a thousand for a write that matched a thousand subscriptions).
   FOREACH candidate IN ARRAY coalesce(candidates, '{}') LOOP
     EXIT WHEN coalesce(cardinality(claimed), 0) >= max_subscriptions OR (bytes_left <= 0 AND batch IS NOT NULL);
+    -- Named twice: its row's lock is this transaction's own, which SKIP LOCKED does not skip.
+    CONTINUE WHEN candidate = ANY (coalesce(claimed, '{}'));
     SELECT stream.subscription_id, held_back.events_before INTO free, events_before
     FROM webhook.subscription_streams stream
     JOIN webhook.subscriptions s ON s.id = stream.subscription_id

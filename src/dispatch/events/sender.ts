@@ -75,6 +75,8 @@ export function startEventSender(
   // and so does a list used up.
   let candidates: Candidates = { share: 0, subscriptionIds: [] };
   let scanWanted = true;
+  // Subscriptions this sender released with due events left, put first in the list by the loop.
+  let releasedWithDueEvents: string[] = [];
   const nudge = ({ newEvents }: { newEvents: boolean }) => {
     wanted = true;
     if (newEvents) scanWanted = true;
@@ -128,12 +130,14 @@ export function startEventSender(
         await settleClaim(context.db, { senderId: id, subscriptionId: claim.subscriptionId }, [], [], { resetFailureCount: false });
         return;
       }
-      await deliverClaim(context, id, claim, target, await versions, {
+      const { leftDue } = await deliverClaim(context, id, claim, target, await versions, {
         settling,
         signal: shutdown.signal,
         claimMore: claimMore(claim.subscriptionId, holding),
         failing,
       });
+      // Released with due events left: the oldest waiting, first in the list for the next claim (no NOTIFY tells of them).
+      if (leftDue) releasedWithDueEvents.push(claim.subscriptionId);
     } catch (error) {
       // The calls made are sent again (at least once); the claim is freed now, or by the heartbeat within 15 s.
       logger.error({ err: error, subscriptionId: claim.subscriptionId }, 'a delivery of subscription events failed; its events will be sent again');
@@ -175,6 +179,10 @@ export function startEventSender(
       const maxBytes = Math.ceil(held.left / 2);
       const giveBack = held.reserve(maxBytes);
       let claims: Claim[];
+      if (releasedWithDueEvents.length > 0) {
+        candidates = { share: candidates.share + releasedWithDueEvents.length, subscriptionIds: [...releasedWithDueEvents, ...candidates.subscriptionIds] };
+        releasedWithDueEvents = [];
+      }
       const scanned = scanWanted || candidates.subscriptionIds.length === 0 || candidates.share <= 0;
       try {
         if (scanned) {

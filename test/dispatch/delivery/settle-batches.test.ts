@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { claimEvents, type Claim } from '../../../src/db/sql/claim-subscription-events.ts';
 import { settleClaims, type AttemptRow, type ClaimSettlement } from '../../../src/dispatch/events/log.ts';
 import { SettleBatches } from '../../../src/dispatch/events/delivery/settle-batches.ts';
@@ -139,6 +139,29 @@ describe('SettleBatches', () => {
     const events = await settledEvents();
     expect(events.filter((event) => event.subscription_id !== deleted!.subscriptionId).map((event) => event.status)).toEqual(['delivered', 'delivered']);
     expect((await streams()).get(kept!.subscriptionId)!.claimed_by).toBeNull();
+  });
+  it('waits at most a second for a row locked elsewhere, then writes the others without waiting for it', async () => {
+    const [first, blocked, free] = await claimedSubscriptions(3);
+    // An operator's transaction holds the stream of one of them.
+    const operator = await database.pool.connect();
+    await operator.query('BEGIN');
+    await operator.query('SELECT FROM webhook.subscription_streams WHERE subscription_id = $1 FOR UPDATE', [blocked!.subscriptionId]);
+    const batches = new SettleBatches(database.db);
+    const written: string[] = [];
+    let settling: Promise<unknown> = Promise.resolve();
+    try {
+      // The first alone, the two others in the next statement, which meets the lock.
+      settling = Promise.all([first, blocked, free].map((claim) => batches.settle(delivered(claim!)).then(() => written.push(claim!.subscriptionId))));
+      await vi.waitFor(() => expect(written).toContain(free!.subscriptionId), { timeout: 5_000, interval: 50 });
+      expect(written).not.toContain(blocked!.subscriptionId);
+    } finally {
+      await operator.query('ROLLBACK');
+      operator.release();
+    }
+    await settling;
+    expect(written.toSorted()).toEqual([first, blocked, free].map((claim) => claim!.subscriptionId).toSorted());
+    expect((await settledEvents()).map((event) => event.status)).toEqual(['delivered', 'delivered', 'delivered']);
+    expect([...(await streams()).values()].map((stream) => stream.claimed_by)).toEqual([null, null, null]);
   });
 });
 

@@ -60,7 +60,9 @@ export type ClaimMore = (afterEventId: string) => Promise<Batch>;
  * failed ones; after any failure the claim ends with its batch. Each batch
  * is recorded in the sender's next statement of settlements (`settling`)
  * when all went well, else in one transaction with the state changes that
- * follow, the claim released.
+ * follow, the claim released. Says whether due events of the subscription
+ * were left behind (after maxBatchesPerClaim batches, or when the sender had
+ * no bytes for more), for the sender to claim it again first.
  */
 export async function deliverClaim(
   context: DispatchContext,
@@ -69,7 +71,7 @@ export async function deliverClaim(
   target: Target,
   versions: Versions,
   { settling, signal, claimMore, failing }: { settling: SettleBatches; signal?: AbortSignal; claimMore?: ClaimMore; failing?: FailingSubscribers },
-): Promise<void> {
+): Promise<{ leftDue: boolean }> {
   let batch: Batch = { events: claim.events, versions, moreDue: claim.moreDue };
   let recorded = Promise.resolve();
   const pacer = target.maxCallsPerSecond === undefined ? undefined : await Pacer.resume(context.db, target.id, target.maxCallsPerSecond);
@@ -90,7 +92,10 @@ export async function deliverClaim(
       await recorded;
       recorded = settle(context, settling, senderId, target, verdict, { keepClaim: goingOn, nextCallAt: pacer?.nextCallAt });
       observeLatencies(context, notifications, results);
-      if (!goingOn) return await recorded;
+      if (!goingOn) {
+        await recorded;
+        return { leftDue: batch.moreDue };
+      }
       // Awaited before the next batch is recorded; a failure then fails the claim.
       recorded.catch(() => undefined);
       batch = next;

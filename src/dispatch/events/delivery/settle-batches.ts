@@ -1,8 +1,11 @@
+import { sql } from 'kysely';
 import type { Db } from '../../../db/database.ts';
 import { settleClaims, type ClaimSettlement } from '../log.ts';
 
-/** At most this many claims in one statement: its parameters stay a few hundred kilobytes. */
+/** At most this many claims in one statement. */
 const maxSettlementsPerStatement = 200;
+/** And at most this many events' outcomes (each with its call's record): the statement's parameters stay a few megabytes. */
+const maxOutcomesPerStatement = 2_000;
 
 type Waiting = { settlement: ClaimSettlement; settled: () => void; failed: (error: unknown) => void };
 
@@ -15,9 +18,17 @@ type Waiting = { settlement: ClaimSettlement; settled: () => void; failed: (erro
  * waits for nothing.
  *
  * A subscription's settlements are written in the order they came, never two
- * in one statement (the second waits for the next). A statement that fails
- * is written again one settlement at a time, so that one claim's failure (its
- * subscription deleted meanwhile) is its own and not its neighbours'.
+ * in one statement (the second waits for the next); its deliverClaim asks
+ * for the next only once the one before is written.
+ *
+ * A statement of several settlements waits at most a second for a row locked
+ * elsewhere (a subscription being deleted, an operator's transaction): it
+ * must not hold every claim of the sender behind one. A statement the server
+ * refused (that lock, a deadlock, a subscription deleted meanwhile) is
+ * written again one settlement at a time, beside the statements that follow,
+ * so that one claim's trouble is its own and not its neighbours'. One lost
+ * with its connection fails all of its settlements, as it would have failed
+ * each: it may have committed.
  */
 export class SettleBatches {
   private readonly waiting: Waiting[] = [];
@@ -45,18 +56,21 @@ export class SettleBatches {
     }
   }
 
-  /** The waiting settlements for one statement, in the order they came: at most one per subscription. */
+  /** The waiting settlements for one statement, in the order they came: at most one per subscription, and within the bounds (the first whatever its size). */
   private nextStatement(): Waiting[] {
     const taken: Waiting[] = [];
     const left: Waiting[] = [];
     const subscriptions = new Set<string>();
+    let outcomes = 0;
     for (const waiting of this.waiting) {
-      const { subscriptionId } = waiting.settlement;
-      if (subscriptions.has(subscriptionId) || taken.length === maxSettlementsPerStatement) {
+      const { subscriptionId, outcomes: its } = waiting.settlement;
+      const full = taken.length === maxSettlementsPerStatement || (taken.length > 0 && outcomes + its.length > maxOutcomesPerStatement);
+      if (subscriptions.has(subscriptionId) || full) {
         left.push(waiting);
         continue;
       }
       subscriptions.add(subscriptionId);
+      outcomes += its.length;
       taken.push(waiting);
     }
     this.waiting.splice(0, this.waiting.length, ...left);
@@ -64,15 +78,27 @@ export class SettleBatches {
   }
 
   private async write(statement: Waiting[]): Promise<void> {
+    const settlements = statement.map((waiting) => waiting.settlement);
     try {
-      await settleClaims(
-        this.db,
-        statement.map((waiting) => waiting.settlement),
-      );
+      if (settlements.length === 1) await settleClaims(this.db, settlements);
+      else
+        await this.db.transaction().execute(async (transaction) => {
+          await sql`SET LOCAL lock_timeout = '1s'`.execute(transaction);
+          await settleClaims(transaction, settlements);
+        });
       for (const waiting of statement) waiting.settled();
     } catch (error) {
-      if (statement.length === 1) return statement[0]!.failed(error);
-      for (const waiting of statement) await settleClaims(this.db, [waiting.settlement]).then(waiting.settled, waiting.failed);
+      if (statement.length === 1 || !refusedByServer(error)) {
+        for (const waiting of statement) waiting.failed(error);
+        return;
+      }
+      for (const waiting of statement) void settleClaims(this.db, [waiting.settlement]).then(waiting.settled, waiting.failed);
     }
   }
+}
+
+/** Whether the server answered the statement with an error (a SQLSTATE): then its transaction was rolled back, nothing of it committed. */
+function refusedByServer(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code);
 }
