@@ -140,6 +140,7 @@ describe('SettleBatches', () => {
     expect(events.filter((event) => event.subscription_id !== deleted!.subscriptionId).map((event) => event.status)).toEqual(['delivered', 'delivered']);
     expect((await streams()).get(kept!.subscriptionId)!.claimed_by).toBeNull();
   });
+
   it('waits at most a second for a row locked elsewhere, then writes the others without waiting for it', async () => {
     const [first, blocked, free] = await claimedSubscriptions(3);
     // An operator's transaction holds the stream of one of them.
@@ -148,10 +149,9 @@ describe('SettleBatches', () => {
     await operator.query('SELECT FROM webhook.subscription_streams WHERE subscription_id = $1 FOR UPDATE', [blocked!.subscriptionId]);
     const batches = new SettleBatches(database.db);
     const written: string[] = [];
-    let settling: Promise<unknown> = Promise.resolve();
+    // The first alone, the two others in the next statement, which meets the lock.
+    const settling = Promise.all([first, blocked, free].map((claim) => batches.settle(delivered(claim!)).then(() => written.push(claim!.subscriptionId))));
     try {
-      // The first alone, the two others in the next statement, which meets the lock.
-      settling = Promise.all([first, blocked, free].map((claim) => batches.settle(delivered(claim!)).then(() => written.push(claim!.subscriptionId))));
       await vi.waitFor(() => expect(written).toContain(free!.subscriptionId), { timeout: 5_000, interval: 50 });
       expect(written).not.toContain(blocked!.subscriptionId);
     } finally {
