@@ -23,17 +23,13 @@ export class UnsupportedExpression extends Error {
   override name = 'UnsupportedExpression';
 }
 
-/** The element paths an expression selects in resources of `resourceType`. */
-export function elementPaths(expression: string, resourceType: string): ElementPath[] {
-  return locatedPaths(expression, resourceType).map((located) => located.path);
-}
-
 /**
  * An element path with where it ends in the definitions ("Observation.component",
  * "UsageContext"), from which a composite parameter's components are read.
  */
 export type LocatedPath = { path: ElementPath; definitionPath: string | undefined };
 
+/** The element paths an expression selects in resources of `resourceType`, each with where it ends. */
 export function locatedPaths(expression: string, resourceType: string): LocatedPath[] {
   const paths: LocatedPath[] = [];
   for (const branch of splitTopLevel(expression, '|')) {
