@@ -4,8 +4,7 @@ import type { SubscriptionStatus } from '../../src/db/schema.ts';
 import { claimCandidates, claimEvents, claimNextBatch, maxEventsPerClaim, subscriptionsToClaim } from '../../src/db/sql/claim-subscription-events.ts';
 import { eventsChannel, settleClaim } from '../../src/dispatch/events/log.ts';
 import { jobPayloads, taskFor, type JobName } from '../../src/db/jobs.ts';
-import { compileCriteria } from '../../src/search/criteria.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../support/database.ts';
 
 let database: TestDatabase;
 beforeAll(async () => {
@@ -26,17 +25,7 @@ beforeEach(async () => {
 });
 
 /** A stored subscription, as the API would store it (secrets are irrelevant to the triggers). */
-async function subscribe(criteria: string, status: SubscriptionStatus): Promise<string> {
-  const compiled = compileCriteria(criteria);
-  const { rows } = await database.pool.query<{ id: string }>(
-    `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint,
-       headers_encrypted, signing_secret_encrypted, secret_is_generated, reason, ended_at)
-     VALUES ($1::webhook.subscription_status, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-', CASE WHEN $1::text = 'off' THEN now() END)
-     RETURNING id`,
-    [status, criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
-  );
-  return rows[0]!.id;
-}
+const subscribe = (criteria: string, status: SubscriptionStatus) => storeClassicSubscription(database.pool, criteria, status);
 
 type Event = { resourceType: string; resourceId: string; versionId: number; deleted: boolean };
 

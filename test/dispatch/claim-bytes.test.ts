@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { claimEvents, claimNextBatch, type ClaimedEvent } from '../../src/db/sql/claim-subscription-events.ts';
 import { settleClaim } from '../../src/dispatch/events/log.ts';
-import { compileCriteria } from '../../src/search/criteria.ts';
 import { type TestApp } from '../support/app.ts';
 import { eventNumbers } from '../support/backport-conformance.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../support/database.ts';
 import type { Receiver } from '../support/receiver.ts';
 import { untilDelivered, untilStatus } from '../support/subscriptions.ts';
 import { backportIg, exampleTopicUrl, startTopicStack, type TopicStack } from '../support/topics.ts';
@@ -48,17 +47,7 @@ describe('the claim functions, bounded by bytes', () => {
   });
 
   /** An active classic subscription, stored as the API would store it (the claims do not read its secrets). */
-  async function subscribe(criteria: string): Promise<string> {
-    const compiled = compileCriteria(criteria);
-    const { rows } = await database.pool.query<{ id: string }>(
-      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint,
-         headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-       VALUES ('active', $1, $2, $3, $4, $5, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-')
-       RETURNING id`,
-      [criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
-    );
-    return rows[0]!.id;
-  }
+  const subscribe = (criteria: string) => storeClassicSubscription(database.pool, criteria);
 
   /** Each version's size as its JSON text and as PostgreSQL stores it, by resource id. */
   async function sizes(): Promise<Map<string, { text: number; stored: number }>> {

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { inject } from 'vitest';
 import { connectDatabase, type DatabaseHandle } from '../../src/db/database.ts';
+import type { SubscriptionStatus } from '../../src/db/schema.ts';
+import { compileCriteria } from '../../src/search/criteria.ts';
 import { databaseUrl, withAdmin } from './global-setup.ts';
 
 export type TestDatabase = DatabaseHandle & { url: string; drop(): Promise<void> };
@@ -20,4 +22,20 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await withAdmin(adminUrl, (admin) => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
     },
   };
+}
+
+/**
+ * A classic subscription stored as the API would store it, without a handshake (its endpoint and
+ * secrets unused: the triggers and claims do not read them); its id.
+ */
+export async function storeClassicSubscription(pool: TestDatabase['pool'], criteria: string, status: SubscriptionStatus = 'active'): Promise<string> {
+  const compiled = compileCriteria(criteria);
+  const { rows } = await pool.query<{ id: string }>(
+    `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint,
+       headers_encrypted, signing_secret_encrypted, secret_is_generated, reason, ended_at)
+     VALUES ($1::webhook.subscription_status, $2, $3, $4, $5, $6, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-', CASE WHEN $1::text = 'off' THEN now() END)
+     RETURNING id`,
+    [status, criteria, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
+  );
+  return rows[0]!.id;
 }

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { compileCriteria } from '../../src/search/criteria.ts';
 import type { TestResult } from '../../src/topics/compile.ts';
 import { addTopics } from '../../src/topics/store.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../support/database.ts';
 import { matchesSearch } from '../support/search-oracle.ts';
 
 /**
@@ -150,16 +150,11 @@ describe('a topic whose trigger is "became finished"', () => {
 
   it('leaves classic subscriptions to their own trigger, and is not matched by it', async () => {
     const topicBased = await subscribeToTopic(became);
-    const compiled = compileCriteria('Encounter?status=finished');
-    const { rows } = await database.pool.query<{ id: string }>(
-      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-       VALUES ('active', 'Encounter?status=finished', 'Encounter', $1, $2, $3, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-') RETURNING id`,
-      [JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
-    );
+    const classic = await storeClassicSubscription(database.pool, 'Encounter?status=finished');
     await database.pool.query(`INSERT INTO fhir.resources (content) VALUES ($1)`, [encounter('both', 'finished')]);
     await database.pool.query(`UPDATE fhir.resources SET content = content || '{"period":{"end":"2026-11-24"}}' WHERE id = 'both'`);
     // The classic criteria matches a state (both versions); the topic a change (the first).
-    expect(await events(rows[0]!.id)).toEqual([
+    expect(await events(classic)).toEqual([
       ['both', 1, false],
       ['both', 2, false],
     ]);

@@ -2,8 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { claimEvents, type Claim } from '../../../src/db/sql/claim-subscription-events.ts';
 import { settleClaims, type AttemptRow, type ClaimSettlement } from '../../../src/dispatch/events/log.ts';
 import { SettleBatches } from '../../../src/dispatch/events/delivery/settle-batches.ts';
-import { compileCriteria } from '../../../src/search/criteria.ts';
-import { createTestDatabase, type TestDatabase } from '../../support/database.ts';
+import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../../support/database.ts';
 
 /**
  * A sender's settlements written as group commits
@@ -31,15 +30,7 @@ beforeEach(async () => {
 
 /** `count` active subscriptions on Patients of a family each, with `events` Patients written for each (F1z, F2z…: no family a prefix of another, as FHIR string search matches prefixes), all claimed by sender-a. */
 async function claimedSubscriptions(count: number, events = 1): Promise<Claim[]> {
-  for (let n = 1; n <= count; n += 1) {
-    const compiled = compileCriteria(`Patient?family=F${n}z`);
-    await database.pool.query(
-      `INSERT INTO webhook.subscriptions (status, criteria, resource_type, compiled_criteria, match, match_deleted, endpoint,
-         headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-       VALUES ('active', $1, $2, $3, $4, $5, 'https://receiver.example.org/', '\\x00', '\\x00', true, '-')`,
-      [`Patient?family=F${n}z`, compiled.resourceType, JSON.stringify(compiled), compiled.match, compiled.matchDeleted],
-    );
-  }
+  for (let n = 1; n <= count; n += 1) await storeClassicSubscription(database.pool, `Patient?family=F${n}z`);
   await database.pool.query(
     `INSERT INTO fhir.resources (content)
      SELECT jsonb_build_object('resourceType', 'Patient', 'id', 'p-' || family || '-' || n, 'name', jsonb_build_array(jsonb_build_object('family', 'F' || family || 'z')))
