@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import pg from 'pg';
 import type { Db } from '../../../db/database.ts';
 import { settleClaims, type ClaimSettlement } from '../log.ts';
 
@@ -88,17 +89,13 @@ export class SettleBatches {
         });
       for (const waiting of statement) waiting.settled();
     } catch (error) {
-      if (statement.length === 1 || !refusedByServer(error)) {
+      // Written again claim by claim only after a server's error (pg.DatabaseError), which rolled the statement back:
+      // one lost with its connection may have committed.
+      if (statement.length === 1 || !(error instanceof pg.DatabaseError)) {
         for (const waiting of statement) waiting.failed(error);
         return;
       }
       for (const waiting of statement) void settleClaims(this.db, [waiting.settlement]).then(waiting.settled, waiting.failed);
     }
   }
-}
-
-/** Whether the server answered the statement with an error (a SQLSTATE): then its transaction was rolled back, nothing of it committed. */
-function refusedByServer(error: unknown): boolean {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code);
 }
