@@ -102,6 +102,25 @@ CREATE TABLE webhook.delivery_attempts (
 COMMENT ON COLUMN webhook.delivery_attempts.event_number IS 'For a notification: the subscription''s number of the event it sent (webhook.subscription_events.event_number).';
 COMMENT ON TABLE webhook.delivery_attempts IS 'Every attempt to deliver to a subscriber (handshakes, notifications, heartbeats), one row per event a call carried: a call of N events (backport-max-count) is N rows with the same started_at and outcome. Kept DELIVERY_LOG_RETENTION_DAYS days.';
 
+CREATE TABLE webhook.pending_events (
+  generation smallint NOT NULL,
+  subscription_id uuid NOT NULL,
+  event_id bigint NOT NULL
+) PARTITION BY LIST (generation);
+COMMENT ON COLUMN webhook.pending_events.generation IS 'The partition: the current generation (webhook.pending_events_generation) when the event became pending, or when a rotation moved it.';
+COMMENT ON TABLE webhook.pending_events IS 'The events of webhook.subscription_events whose status is pending, as (subscription, event): the claims'' working set, kept in step by triggers. A partition per generation, one truncated every few seconds (webhook.rotate_pending_events): a TRUNCATE leaves no dead rows, whatever snapshots are held. Not a history: read the log.';
+
+CREATE TABLE webhook.pending_events_0 PARTITION OF webhook.pending_events FOR VALUES IN ('0');
+
+CREATE TABLE webhook.pending_events_1 PARTITION OF webhook.pending_events FOR VALUES IN ('1');
+
+CREATE TABLE webhook.pending_events_generation (
+  current_generation smallint NOT NULL,
+  rotated_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT pending_events_generation_current_generation_check CHECK ((current_generation = ANY (ARRAY[0, 1])))
+);
+COMMENT ON TABLE webhook.pending_events_generation IS 'One row: the generation (partition of webhook.pending_events) that takes new pending events, and when webhook.rotate_pending_events last truncated the other.';
+
 CREATE TABLE webhook.reactivation_requests (
   id uuid NOT NULL,
   subscription_id uuid NOT NULL,
@@ -363,11 +382,13 @@ CREATE INDEX delivery_attempts_by_start ON webhook.delivery_attempts USING btree
 
 CREATE INDEX delivery_attempts_by_subscription ON webhook.delivery_attempts USING btree (subscription_id, started_at DESC);
 
+CREATE INDEX pending_events_by_subscription ON ONLY webhook.pending_events USING btree (subscription_id, event_id);
+
+CREATE UNIQUE INDEX pending_events_generation_one_row ON webhook.pending_events_generation USING btree ((true));
+
 CREATE INDEX secret_rotations_by_subscription ON webhook.secret_rotations USING btree (subscription_id, rotated_at);
 
 CREATE INDEX subscription_events_by_settling ON webhook.subscription_events USING btree (settled_at) WHERE (status <> 'pending'::text);
-
-CREATE INDEX subscription_events_pending ON webhook.subscription_events USING btree (subscription_id, id) WHERE (status = 'pending'::text);
 
 CREATE INDEX subscription_events_waiting_for_retry ON webhook.subscription_events USING btree (subscription_id, id) WHERE ((status = 'pending'::text) AND (not_before IS NOT NULL));
 
@@ -461,10 +482,10 @@ CREATE VIEW webhook.pending_work AS
     min(e.not_before) FILTER (WHERE e.not_before > now()) AS next_run_at,
     max(e.attempts) AS most_attempts,
     NULL::text AS last_job_error
-   FROM webhook.subscription_events e
+   FROM webhook.pending_events pending
+     JOIN webhook.subscription_events e ON e.id = pending.event_id
      LEFT JOIN webhook.subscriptions s ON s.id = e.subscription_id
      LEFT JOIN webhook.subscription_streams stream ON stream.subscription_id = e.subscription_id
-  WHERE e.status = 'pending'::text
   GROUP BY s.id, s.criteria, s.endpoint, s.status
 UNION ALL
  SELECT s.id AS subscription_id,
@@ -621,7 +642,7 @@ AS $function$
 BEGIN
   UPDATE webhook.subscription_events
   SET status = 'abandoned', settled_at = now()
-  WHERE subscription_id = OLD.id AND status = 'pending';
+  WHERE id IN (SELECT pending.event_id FROM webhook.pending_events pending WHERE pending.subscription_id = OLD.id);
   RETURN NULL;
 END
 $function$;
@@ -659,9 +680,10 @@ BEGIN
     WHERE stream.subscription_id = candidate
       AND stream.claimed_by IS NULL
       AND s.status = 'active'
-      AND EXISTS (SELECT FROM webhook.subscription_events e
-                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND e.id < held_back.events_before
+      AND EXISTS (SELECT FROM webhook.pending_events pending
+                   JOIN webhook.subscription_events e ON e.id = pending.event_id
+                   WHERE pending.subscription_id = stream.subscription_id
+                     AND pending.event_id < held_back.events_before
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
@@ -826,11 +848,13 @@ CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, afte
  STABLE
 AS $function$
     SELECT e.id, coalesce(stored.size, 0)
-    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
-          WHERE e.subscription_id = subscription AND e.status = 'pending'
-            AND e.id > after_event AND e.id < events_before
+    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id
+          FROM webhook.pending_events pending
+          JOIN webhook.subscription_events e ON e.id = pending.event_id
+          WHERE pending.subscription_id = subscription
+            AND pending.event_id > after_event AND pending.event_id < events_before
             AND (e.not_before IS NULL OR e.not_before <= now())
-          ORDER BY e.id
+          ORDER BY pending.event_id
           LIMIT max_events) e
     LEFT JOIN LATERAL (
       SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)
@@ -853,6 +877,28 @@ CREATE OR REPLACE FUNCTION webhook.first_event_waiting_for_retry(subscription uu
  LANGUAGE sql
  STABLE PARALLEL SAFE
 RETURN COALESCE((SELECT min(e.id) AS min FROM webhook.subscription_events e WHERE ((e.subscription_id = first_event_waiting_for_retry.subscription) AND (e.status = 'pending'::text) AND (e.not_before IS NOT NULL) AND (e.not_before > now()))), '9223372036854775807'::bigint);
+
+CREATE OR REPLACE FUNCTION webhook.keep_pending_events_in_step()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    TRUNCATE webhook.pending_events;
+  ELSIF TG_OP = 'INSERT' THEN
+    INSERT INTO webhook.pending_events (generation, subscription_id, event_id)
+    SELECT (SELECT current_generation FROM webhook.pending_events_generation), recorded.subscription_id, recorded.id
+    FROM recorded
+    WHERE recorded.status = 'pending';
+  ELSIF TG_OP = 'UPDATE' AND NEW.status = 'pending' THEN
+    INSERT INTO webhook.pending_events (generation, subscription_id, event_id)
+    SELECT current_generation, NEW.subscription_id, NEW.id FROM webhook.pending_events_generation;
+  ELSE
+    DELETE FROM webhook.pending_events WHERE subscription_id = OLD.subscription_id AND event_id = OLD.id;
+  END IF;
+  RETURN NULL;
+END
+$function$;
 
 CREATE OR REPLACE FUNCTION webhook.notifies(resource_type text, content jsonb, predicate jsonpath)
  RETURNS boolean
@@ -1227,6 +1273,41 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.rotate_pending_events(every interval, max_moved integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET lock_timeout TO '20ms'
+AS $function$
+DECLARE
+  current smallint;
+  older text;
+  too_many boolean;
+BEGIN
+  SELECT g.current_generation INTO current
+  FROM webhook.pending_events_generation g
+  WHERE g.rotated_at <= now() - every
+  FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  older := format('webhook.pending_events_%s', 1 - current);
+  EXECUTE format('SELECT count(*) > %s FROM (SELECT FROM %s LIMIT %s) still', max_moved, older, max_moved + 1) INTO too_many;
+  IF too_many THEN
+    RETURN false;
+  END IF;
+  BEGIN
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', older);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+  END;
+  EXECUTE format('INSERT INTO webhook.pending_events (generation, subscription_id, event_id)
+                  SELECT %s, subscription_id, event_id FROM %s', current, older);
+  EXECUTE format('TRUNCATE %s', older);
+  UPDATE webhook.pending_events_generation SET current_generation = 1 - current, rotated_at = now();
+  RETURN true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.stamp_subscription_version()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1256,14 +1337,14 @@ DECLARE
   free uuid[];
 BEGIN
   WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
-    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
+    (SELECT p.subscription_id, p.event_id FROM webhook.pending_events p
+      ORDER BY p.subscription_id, p.event_id LIMIT 1)
     UNION ALL
-    SELECT next.subscription_id, next.id
+    SELECT next.subscription_id, next.event_id
     FROM with_pending
-    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
-                         ORDER BY e.subscription_id, e.id LIMIT 1) next
+    CROSS JOIN LATERAL (SELECT p.subscription_id, p.event_id FROM webhook.pending_events p
+                         WHERE p.subscription_id > with_pending.subscription_id
+                         ORDER BY p.subscription_id, p.event_id LIMIT 1) next
   )
   SELECT count(*),
          count(*) FILTER (WHERE stream.claimed_by = worker),
@@ -1315,6 +1396,14 @@ CREATE TRIGGER resources_record_topic_events_on_update AFTER UPDATE ON fhir.reso
 CREATE TRIGGER resources_record_updated_versions AFTER UPDATE ON fhir.resources REFERENCING NEW TABLE AS written_rows FOR EACH STATEMENT EXECUTE FUNCTION fhir.record_written_versions();
 
 CREATE TRIGGER resources_stamp_version BEFORE INSERT OR UPDATE ON fhir.resources FOR EACH ROW EXECUTE FUNCTION fhir.stamp_resource_version();
+
+CREATE TRIGGER subscription_events_pending_on_delete AFTER DELETE ON webhook.subscription_events FOR EACH ROW WHEN (old.status = 'pending'::text) EXECUTE FUNCTION webhook.keep_pending_events_in_step();
+
+CREATE TRIGGER subscription_events_pending_on_insert AFTER INSERT ON webhook.subscription_events REFERENCING NEW TABLE AS recorded FOR EACH STATEMENT EXECUTE FUNCTION webhook.keep_pending_events_in_step();
+
+CREATE TRIGGER subscription_events_pending_on_truncate AFTER TRUNCATE ON webhook.subscription_events FOR EACH STATEMENT EXECUTE FUNCTION webhook.keep_pending_events_in_step();
+
+CREATE TRIGGER subscription_events_pending_on_update AFTER UPDATE OF status ON webhook.subscription_events FOR EACH ROW WHEN ((old.status = 'pending'::text) <> (new.status = 'pending'::text)) EXECUTE FUNCTION webhook.keep_pending_events_in_step();
 
 CREATE TRIGGER subscriptions_abandon_pending_events_on_delete AFTER DELETE ON webhook.subscriptions FOR EACH ROW EXECUTE FUNCTION webhook.abandon_pending_events();
 

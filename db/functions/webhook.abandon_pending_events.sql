@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION webhook.abandon_pending_events() RETURNS trigger
 BEGIN
   UPDATE webhook.subscription_events
   SET status = 'abandoned', settled_at = now()
-  WHERE subscription_id = OLD.id AND status = 'pending';
+  WHERE id IN (SELECT pending.event_id FROM webhook.pending_events pending WHERE pending.subscription_id = OLD.id);
   RETURN NULL;
 END
 $$;

@@ -72,9 +72,10 @@ BEGIN
     WHERE stream.subscription_id = candidate
       AND stream.claimed_by IS NULL
       AND s.status = 'active'
-      AND EXISTS (SELECT FROM webhook.subscription_events e
-                   WHERE e.subscription_id = stream.subscription_id AND e.status = 'pending'
-                     AND e.id < held_back.events_before
+      AND EXISTS (SELECT FROM webhook.pending_events pending
+                   JOIN webhook.subscription_events e ON e.id = pending.event_id
+                   WHERE pending.subscription_id = stream.subscription_id
+                     AND pending.event_id < held_back.events_before
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;

@@ -7,17 +7,20 @@
 -- compressed value is often 4 to 6 times smaller; only a compressed version
 -- is decompressed to be counted (jsonb || '{}' gives back its left operand,
 -- decompressed, without rebuilding it), an uncompressed one is counted from
--- its header, without reading it. Each version is found by primary key.
+-- its header, without reading it. The pending events are read from the
+-- pending set (webhook.pending_events), each event and version by primary key.
 CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
   RETURNS TABLE (id bigint, size integer)
   LANGUAGE sql STABLE
   AS $$
     SELECT e.id, coalesce(stored.size, 0)
-    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id FROM webhook.subscription_events e
-          WHERE e.subscription_id = subscription AND e.status = 'pending'
-            AND e.id > after_event AND e.id < events_before
+    FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id
+          FROM webhook.pending_events pending
+          JOIN webhook.subscription_events e ON e.id = pending.event_id
+          WHERE pending.subscription_id = subscription
+            AND pending.event_id > after_event AND pending.event_id < events_before
             AND (e.not_before IS NULL OR e.not_before <= now())
-          ORDER BY e.id
+          ORDER BY pending.event_id
           LIMIT max_events) e
     LEFT JOIN LATERAL (
       SELECT CASE WHEN pg_column_compression(h.content) IS NULL THEN pg_column_size(h.content)

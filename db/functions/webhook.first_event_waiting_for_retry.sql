@@ -6,8 +6,8 @@
 -- are states of resources, each on its own: a failed one holds no other back.
 -- Found on the index of the events waiting for a retry (migration 0020),
 -- which holds the few of them, not every pending event; the claim then
--- reads the pending events up to it on the pending-events index, and no
--- further. Evaluated once per subscription a claim looks at.
+-- reads the pending events up to it in the pending set (webhook.pending_events),
+-- and no further. Evaluated once per subscription a claim looks at.
 CREATE OR REPLACE FUNCTION webhook.first_event_waiting_for_retry(subscription uuid) RETURNS bigint
   LANGUAGE sql STABLE PARALLEL SAFE
   RETURN coalesce((SELECT min(e.id) FROM webhook.subscription_events e

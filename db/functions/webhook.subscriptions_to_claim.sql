@@ -10,8 +10,8 @@
 -- deliveries ended since need not read them again.
 --
 -- The subscriptions with pending events are found by a loose scan of the
--- pending-events index (one probe per such subscription): idle subscriptions
--- cost nothing, however many there are. The list is a snapshot: a
+-- pending set's index (webhook.pending_events, one probe per such
+-- subscription): idle subscriptions cost nothing, however many there are. The list is a snapshot: a
 -- subscription in it may have been claimed or sent since, which the claim
 -- checks, one probe each.
 --
@@ -32,14 +32,14 @@ DECLARE
   free uuid[];
 BEGIN
   WITH RECURSIVE with_pending(subscription_id, oldest_event) AS (
-    (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-      WHERE e.status = 'pending' ORDER BY e.subscription_id, e.id LIMIT 1)
+    (SELECT p.subscription_id, p.event_id FROM webhook.pending_events p
+      ORDER BY p.subscription_id, p.event_id LIMIT 1)
     UNION ALL
-    SELECT next.subscription_id, next.id
+    SELECT next.subscription_id, next.event_id
     FROM with_pending
-    CROSS JOIN LATERAL (SELECT e.subscription_id, e.id FROM webhook.subscription_events e
-                         WHERE e.status = 'pending' AND e.subscription_id > with_pending.subscription_id
-                         ORDER BY e.subscription_id, e.id LIMIT 1) next
+    CROSS JOIN LATERAL (SELECT p.subscription_id, p.event_id FROM webhook.pending_events p
+                         WHERE p.subscription_id > with_pending.subscription_id
+                         ORDER BY p.subscription_id, p.event_id LIMIT 1) next
   )
   SELECT count(*),
          count(*) FILTER (WHERE stream.claimed_by = worker),

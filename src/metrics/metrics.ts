@@ -199,9 +199,9 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
                     WHEN event.not_before > now() THEN 'scheduled'
                     ELSE 'waiting' END AS state,
                count(*)::int AS events
-        FROM webhook.subscription_events event
-        LEFT JOIN webhook.subscription_streams stream USING (subscription_id)
-        WHERE event.status = 'pending'
+        FROM webhook.pending_events pending
+        JOIN webhook.subscription_events event ON event.id = pending.event_id
+        LEFT JOIN webhook.subscription_streams stream ON stream.subscription_id = pending.subscription_id
         GROUP BY 1`.execute(db);
       for (const state of ['waiting', 'sending', 'scheduled']) this.set({ state }, rows.find((row) => row.state === state)?.events ?? 0);
     },
@@ -213,9 +213,10 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
     async collect() {
       const { rows } = await sql<{ age: number | null }>`
         SELECT extract(epoch FROM now() - min(event.written_at))::float8 AS age
-        FROM webhook.subscription_events event
-        JOIN webhook.subscription_streams stream USING (subscription_id)
-        WHERE event.status = 'pending' AND stream.claimed_by IS NULL AND coalesce(event.not_before, '-infinity') <= now()`.execute(db);
+        FROM webhook.pending_events pending
+        JOIN webhook.subscription_events event ON event.id = pending.event_id
+        JOIN webhook.subscription_streams stream ON stream.subscription_id = pending.subscription_id
+        WHERE stream.claimed_by IS NULL AND coalesce(event.not_before, '-infinity') <= now()`.execute(db);
       this.set(Math.max(0, rows[0]?.age ?? 0));
     },
   });

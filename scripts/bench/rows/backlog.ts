@@ -31,7 +31,7 @@ export async function backlog(url: string, receiver: BenchReceiver, events: numb
     const unsettled = async () =>
       (
         await writer.query<{ n: number }>(
-          `SELECT (SELECT count(*) FROM webhook.subscription_events WHERE status = 'pending')::int
+          `SELECT (SELECT count(*) FROM webhook.pending_events)::int
               + (SELECT count(*) FROM graphile_worker.jobs)::int AS n`,
         )
       ).rows[0]!.n;

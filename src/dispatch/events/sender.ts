@@ -6,6 +6,7 @@ import type { DispatchContext } from '../subscriber.ts';
 import { sendHeartbeat } from './heartbeats.ts';
 import { eventsChannel, settleClaim } from './log.ts';
 import { claimHeartbeats } from '../../db/sql/claim-heartbeats.ts';
+import { rotatePendingEvents } from '../../db/sql/rotate-pending-events.ts';
 import { claimCandidates, claimNextBatch, subscriptionsToClaim, type Candidates, type Claim } from '../../db/sql/claim-subscription-events.ts';
 import { ClaimedBytes, type HeldBatches } from './delivery/claimed-bytes.ts';
 import { deliverClaim, type Batch, type ClaimMore } from './delivery/deliver-claim.ts';
@@ -26,6 +27,13 @@ const maxSubscriptionsPerClaim = 32;
 const refillShare = 1 / 4;
 /** How often a sender looks for due events without being told: retries coming due, a notification missed while reconnecting. */
 const pollIntervalMs = 1_000;
+/**
+ * The pending set's older generation is truncated about this often, by whichever sender's poll comes first, when it
+ * holds at most pendingEventsMovedAtMost events (db/functions/webhook.rotate_pending_events.sql): the dead rows in the
+ * claims' path are those of the last two periods however long a snapshot is held, and a rotation's lock is brief.
+ */
+const pendingEventsRotationSeconds = 5;
+const pendingEventsMovedAtMost = 1_000;
 /** How long a graceful stop lets the calls in flight finish before it aborts them. */
 const gracefulStopMs = 5_000;
 
@@ -45,7 +53,8 @@ export type EventSender = {
  * statement recorded events, when a quarter of its slots are free again
  * after deliveries ended (their subscriptions may have more, and others may
  * wait), when its last delivery ends, and every second; every second too, the
- * heartbeats due (src/dispatch/events/heartbeats.ts). Its id must be registered in
+ * heartbeats due (src/dispatch/events/heartbeats.ts) and, when due, the pending
+ * set's rotation. Its id must be registered in
  * webhook.worker_pools before it starts (src/dispatch/worker.ts does).
  *
  * Its batches hold at most DELIVERY_MAX_CLAIMED_BYTES of resource versions
@@ -92,6 +101,7 @@ export function startEventSender(
   const poll = setInterval(() => {
     nudge({ newEvents: true });
     void beatHearts();
+    void rotatePending();
   }, pollIntervalMs);
   poll.unref();
 
@@ -119,6 +129,19 @@ export function startEventSender(
       logger.warn({ err: error }, 'could not claim heartbeats; trying again in 1 s');
     } finally {
       beating = false;
+    }
+  };
+
+  let rotating = false;
+  const rotatePending = async (): Promise<void> => {
+    if (rotating || stopping) return;
+    rotating = true;
+    try {
+      await rotatePendingEvents(context.db, pendingEventsRotationSeconds, pendingEventsMovedAtMost);
+    } catch (error) {
+      logger.warn({ err: error }, 'could not rotate the pending events; trying again in 1 s');
+    } finally {
+      rotating = false;
     }
   };
 
