@@ -734,8 +734,8 @@ BEGIN
   UPDATE webhook.subscription_streams stream
   SET claimed_by = NULL, claimed_at = NULL
   WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
-                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
+    AND NOT EXISTS (SELECT FROM webhook.pending_events pending
+                     WHERE pending.subscription_id = stream.subscription_id AND pending.event_id = ANY (batch));
 END
 $function$;
 
@@ -844,9 +844,12 @@ RETURN sha256(convert_to(criteria, 'UTF8'::name));
 
 CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
  RETURNS TABLE(id bigint, size integer)
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
 AS $function$
+  #variable_conflict use_column
+  BEGIN
+    RETURN QUERY
     SELECT e.id, coalesce(stored.size, 0)
     FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id
           FROM webhook.pending_events pending
@@ -862,7 +865,8 @@ AS $function$
       FROM fhir.resource_history h
       WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
     ) stored ON true
-    ORDER BY e.id
+    ORDER BY e.id;
+  END
   $function$;
 
 CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean)
@@ -943,7 +947,16 @@ CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+  subscription_ids uuid[];
+  subscription_versions integer[];
+  classic uuid[];
 BEGIN
+  SELECT array_agg(s.id), array_agg(s.version_id), coalesce(array_agg(s.id) FILTER (WHERE s.topic_id IS NULL), '{}')
+  INTO subscription_ids, subscription_versions, classic
+  FROM webhook.subscriptions s
+  WHERE s.id = ANY (ARRAY(SELECT DISTINCT e.subscription_id FROM webhook.subscription_events e WHERE e.id = ANY (batch)));
+
   WITH claimed AS MATERIALIZED (
     SELECT e.id, e.subscription_id, e.resource_type, e.resource_id, e.version_id, e.status,
            e.attempts > 0 OR e.not_before IS NOT NULL OR e.event_number IS NOT NULL AS may_be_overtaken
@@ -953,8 +966,7 @@ BEGIN
     SELECT claimed.*,
            max(claimed.version_id) OVER (PARTITION BY claimed.subscription_id, claimed.resource_type, claimed.resource_id) AS newest_claimed
     FROM claimed
-    JOIN webhook.subscriptions s ON s.id = claimed.subscription_id
-    WHERE claimed.status = 'pending' AND s.topic_id IS NULL
+    WHERE claimed.status = 'pending' AND claimed.subscription_id = ANY (classic)
   )
   UPDATE webhook.subscription_events e
   SET status = 'superseded', settled_at = now()
@@ -1000,7 +1012,7 @@ BEGIN
     SELECT claimed.subscription_id, s.version_id, claimed.id, claimed.event_number, claimed.resource_type, claimed.resource_id,
            claimed.version_id, claimed.deleted, claimed.attempts
     FROM claimed
-    JOIN webhook.subscriptions s ON s.id = claimed.subscription_id
+    JOIN unnest(subscription_ids, subscription_versions) AS s(id, version_id) ON s.id = claimed.subscription_id
     WHERE claimed.status = 'pending'
     ORDER BY claimed.subscription_id, claimed.id;
 END

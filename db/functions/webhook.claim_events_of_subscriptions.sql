@@ -126,7 +126,7 @@ BEGIN
   UPDATE webhook.subscription_streams stream
   SET claimed_by = NULL, claimed_at = NULL
   WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.subscription_events e
-                     WHERE e.id = ANY (batch) AND e.subscription_id = stream.subscription_id AND e.status = 'pending');
+    AND NOT EXISTS (SELECT FROM webhook.pending_events pending
+                     WHERE pending.subscription_id = stream.subscription_id AND pending.event_id = ANY (batch));
 END
 $$;

@@ -9,10 +9,16 @@
 -- decompressed, without rebuilding it), an uncompressed one is counted from
 -- its header, without reading it. The pending events are read from the
 -- pending set (webhook.pending_events), each event and version by primary key.
+-- PL/pgSQL, not SQL, for its cached plan: a claim calls it once per
+-- subscription, and a SQL function's query is planned at every call (on
+-- PostgreSQL before 18), 1 ms across the pending set's two partitions.
 CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
   RETURNS TABLE (id bigint, size integer)
-  LANGUAGE sql STABLE
+  LANGUAGE plpgsql STABLE
   AS $$
+  #variable_conflict use_column
+  BEGIN
+    RETURN QUERY
     SELECT e.id, coalesce(stored.size, 0)
     FROM (SELECT e.id, e.resource_type, e.resource_id, e.version_id
           FROM webhook.pending_events pending
@@ -28,5 +34,6 @@ CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, afte
       FROM fhir.resource_history h
       WHERE h.resource_type = e.resource_type AND h.id = e.resource_id AND h.version_id = e.version_id
     ) stored ON true
-    ORDER BY e.id
+    ORDER BY e.id;
+  END
   $$;
