@@ -650,6 +650,7 @@ $function$;
 CREATE OR REPLACE FUNCTION webhook.claim_events_of_subscriptions(worker text, candidates uuid[], max_subscriptions integer, max_events integer, max_bytes bigint)
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
   candidate uuid;
@@ -765,6 +766,7 @@ $function$;
 CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer, max_bytes bigint)
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
   batch bigint[];
@@ -846,6 +848,7 @@ CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, afte
  RETURNS TABLE(id bigint, size integer)
  LANGUAGE plpgsql
  STABLE
+ SET enable_seqscan TO 'off'
 AS $function$
   #variable_conflict use_column
   BEGIN
@@ -946,6 +949,7 @@ $function$;
 CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
   subscription_ids uuid[];

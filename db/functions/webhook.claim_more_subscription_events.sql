@@ -27,6 +27,8 @@ CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, s
                  resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer,
                  bytes integer, more_due boolean)
   LANGUAGE plpgsql
+  -- Every row by key, whatever the statistics (webhook.prepare_claimed_events says why).
+  SET enable_seqscan = off
   AS $$
 DECLARE
   batch bigint[];

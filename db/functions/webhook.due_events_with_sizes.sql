@@ -15,6 +15,8 @@
 CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
   RETURNS TABLE (id bigint, size integer)
   LANGUAGE plpgsql STABLE
+  -- Every row by key, whatever the statistics (webhook.prepare_claimed_events says why).
+  SET enable_seqscan = off
   AS $$
   #variable_conflict use_column
   BEGIN

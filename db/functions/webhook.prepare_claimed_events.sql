@@ -24,7 +24,19 @@
 -- deployment; PostgreSQL 15), a bitmap scan of every pending event for 100
 -- ids was chosen before, and the check of the calls already made read all of
 -- a subscription's calls (delivery_attempts_by_subscription) instead of the
--- calls of one resource. The claimed events' subscriptions are read once,
+-- calls of one resource.
+--
+-- The claim's functions run with enable_seqscan off (this one,
+-- webhook.claim_events_of_subscriptions, webhook.claim_more_subscription_events,
+-- webhook.due_events_with_sizes): every row
+-- they read is reached by key, whatever the statistics say. PL/pgSQL keeps a
+-- statement's generic plan for the life of the connection, until the table
+-- is analyzed; planned while the log was small (a new deployment; autovacuum
+-- off, or held back by a long transaction), `e.id = ANY (batch)` was a
+-- sequential scan of the log, and every claim then read the whole log, a
+-- little more each minute (1.5 ms a statement after 9,000 events).
+--
+-- The claimed events' subscriptions are read once,
 -- by key, into arrays, not joined to each event: with the subscriptions
 -- table unanalyzed too, each event's join was a sequential scan of every
 -- subscription (320 events by 1,000 subscriptions in a broad claim, twice).
@@ -34,6 +46,7 @@ CREATE OR REPLACE FUNCTION webhook.prepare_claimed_events(batch bigint[])
   RETURNS TABLE (subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint,
                  resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer)
   LANGUAGE plpgsql
+  SET enable_seqscan = off
   AS $$
 DECLARE
   subscription_ids uuid[];
