@@ -202,6 +202,7 @@ CREATE TABLE webhook.subscription_streams (
   CONSTRAINT subscription_streams_pkey PRIMARY KEY (subscription_id),
   CONSTRAINT subscription_streams_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
 );
+COMMENT ON COLUMN webhook.subscription_streams.last_event_number IS 'A floor of the subscription''s event numbers: the highest number of its events deleted or truncated from the log. Its last number given is webhook.last_event_number(subscription_id), the greater of this and the log''s highest.';
 COMMENT ON COLUMN webhook.subscription_streams.next_call_at IS 'For a throttled subscription: the earliest its next call may start, left by the sender that sent the last one.';
 COMMENT ON TABLE webhook.subscription_streams IS 'Per subscription: the number of its last numbered event, and the worker process sending its events now (claimed_by; NULL when none).';
 
@@ -517,7 +518,11 @@ CREATE VIEW webhook.topic_subscriptions AS
     s.heartbeat_period_seconds,
     s.timeout_seconds,
     s.max_count,
-    stream.last_event_number,
+    GREATEST(stream.last_event_number, ( SELECT e.event_number
+           FROM webhook.subscription_events e
+          WHERE e.subscription_id = s.id AND e.event_number IS NOT NULL
+          ORDER BY e.event_number DESC
+         LIMIT 1)) AS last_event_number,
     s.endpoint,
     s.error,
     s.created_at
@@ -742,8 +747,10 @@ $function$;
 
 CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptions integer)
  RETURNS TABLE(subscription_id uuid, subscription_version integer, last_event_number bigint)
- LANGUAGE sql
+ LANGUAGE plpgsql
 AS $function$
+BEGIN
+  RETURN QUERY
   WITH due AS (
     SELECT stream.subscription_id, s.version_id
     FROM webhook.subscriptions s
@@ -760,7 +767,8 @@ AS $function$
   SET claimed_by = worker, claimed_at = now()
   FROM due
   WHERE stream.subscription_id = due.subscription_id
-  RETURNING stream.subscription_id, due.version_id, stream.last_event_number;
+  RETURNING stream.subscription_id, due.version_id, webhook.last_event_number(stream.subscription_id);
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION webhook.claim_more_subscription_events(worker text, subscription uuid, after_event bigint, max_events integer, max_bytes bigint)
@@ -885,6 +893,26 @@ CREATE OR REPLACE FUNCTION webhook.first_event_waiting_for_retry(subscription uu
  STABLE PARALLEL SAFE
 RETURN COALESCE((SELECT min(e.id) AS min FROM webhook.subscription_events e WHERE ((e.subscription_id = first_event_waiting_for_retry.subscription) AND (e.status = 'pending'::text) AND (e.not_before IS NOT NULL) AND (e.not_before > now()))), '9223372036854775807'::bigint);
 
+CREATE OR REPLACE FUNCTION webhook.keep_event_numbers_floor()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    UPDATE webhook.subscription_streams stream
+    SET last_event_number = webhook.last_event_number(stream.subscription_id)
+    WHERE webhook.last_event_number(stream.subscription_id) > stream.last_event_number;
+  ELSE
+    UPDATE webhook.subscription_streams stream
+    SET last_event_number = removed.highest
+    FROM (SELECT d.subscription_id, max(d.event_number) AS highest FROM deleted d
+          WHERE d.event_number IS NOT NULL GROUP BY d.subscription_id) removed
+    WHERE stream.subscription_id = removed.subscription_id AND removed.highest > stream.last_event_number;
+  END IF;
+  RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.keep_pending_events_in_step()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -907,6 +935,12 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION webhook.last_event_number(subscription uuid)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+RETURN GREATEST((SELECT stream.last_event_number FROM webhook.subscription_streams stream WHERE (stream.subscription_id = last_event_number.subscription)), (SELECT e.event_number FROM webhook.subscription_events e WHERE ((e.subscription_id = last_event_number.subscription) AND (e.event_number IS NOT NULL)) ORDER BY e.event_number DESC LIMIT 1));
+
 CREATE OR REPLACE FUNCTION webhook.notifies(resource_type text, content jsonb, predicate jsonpath)
  RETURNS boolean
  LANGUAGE sql
@@ -919,30 +953,27 @@ CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid)
 AS $function$
 DECLARE
   claimed boolean;
+  numbered_before bigint;
 BEGIN
   SELECT stream.claimed_by IS NOT NULL INTO claimed
   FROM webhook.subscription_streams stream
   WHERE stream.subscription_id = subscription
   FOR UPDATE;
   IF claimed IS NOT DISTINCT FROM false THEN
+    numbered_before := webhook.last_event_number(subscription);
     WITH missed AS (
-      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n
       FROM webhook.subscription_events e
       JOIN webhook.subscriptions s ON s.id = e.subscription_id
       WHERE e.subscription_id = subscription AND s.topic_id IS NOT NULL
         AND e.status = 'abandoned' AND e.event_number IS NULL
-    ), advanced AS (
-      UPDATE webhook.subscription_streams stream
-      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM missed)
-      WHERE stream.subscription_id = subscription AND EXISTS (SELECT FROM missed)
-      RETURNING stream.last_event_number - (SELECT max(total) FROM missed) AS numbered_before
     )
     UPDATE webhook.subscription_events e
-    SET event_number = advanced.numbered_before + missed.n
-    FROM missed, advanced
+    SET event_number = numbered_before + missed.n
+    FROM missed
     WHERE e.id = missed.id AND e.event_number IS NULL;
   END IF;
-  RETURN (SELECT last_event_number FROM webhook.subscription_streams WHERE subscription_id = subscription);
+  RETURN webhook.last_event_number(subscription);
 END
 $function$;
 
@@ -983,28 +1014,25 @@ BEGIN
                            AND called.resource_type = in_claim.resource_type AND called.resource_id = in_claim.resource_id
                            AND called.version_id > in_claim.version_id));
 
+  -- The numbers follow each subscription's last number given, read from the
+  -- log before this statement (webhook.last_event_number; the claim holds the
+  -- subscription, so no other sender numbers its events meanwhile).
   WITH claimed AS MATERIALIZED (
     SELECT e.id, e.subscription_id, e.status, e.event_number
     FROM webhook.subscription_events e
     WHERE e.id = ANY (batch)
   ), fresh AS (
     SELECT claimed.id, claimed.subscription_id,
-           row_number() OVER (PARTITION BY claimed.subscription_id ORDER BY claimed.id) AS n,
-           count(*) OVER (PARTITION BY claimed.subscription_id) AS total
+           row_number() OVER (PARTITION BY claimed.subscription_id ORDER BY claimed.id) AS n
     FROM claimed
     WHERE claimed.status = 'pending' AND claimed.event_number IS NULL
-  ), advanced AS (
-    UPDATE webhook.subscription_streams stream
-    SET last_event_number = stream.last_event_number + counted.total
-    FROM (SELECT DISTINCT fresh.subscription_id, fresh.total FROM fresh) counted
-    WHERE stream.subscription_id = counted.subscription_id
+  ), numbered_before AS (
+    SELECT numbering.subscription_id, webhook.last_event_number(numbering.subscription_id) AS last
+    FROM (SELECT DISTINCT fresh.subscription_id FROM fresh) numbering
   )
-  -- The numbers follow the streams' last numbers as they were before this
-  -- statement (its parts share one snapshot: the main UPDATE does not see
-  -- the advance), which the claim holds, so no other sender moves them.
   UPDATE webhook.subscription_events e
-  SET event_number = stream.last_event_number + fresh.n
-  FROM fresh JOIN webhook.subscription_streams stream ON stream.subscription_id = fresh.subscription_id
+  SET event_number = numbered_before.last + fresh.n
+  FROM fresh JOIN numbered_before ON numbered_before.subscription_id = fresh.subscription_id
   WHERE e.id = fresh.id;
 
   RETURN QUERY
@@ -1412,6 +1440,10 @@ CREATE TRIGGER resources_record_topic_events_on_update AFTER UPDATE ON fhir.reso
 CREATE TRIGGER resources_record_updated_versions AFTER UPDATE ON fhir.resources REFERENCING NEW TABLE AS written_rows FOR EACH STATEMENT EXECUTE FUNCTION fhir.record_written_versions();
 
 CREATE TRIGGER resources_stamp_version BEFORE INSERT OR UPDATE ON fhir.resources FOR EACH ROW EXECUTE FUNCTION fhir.stamp_resource_version();
+
+CREATE TRIGGER subscription_events_numbers_floor_on_delete AFTER DELETE ON webhook.subscription_events REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT EXECUTE FUNCTION webhook.keep_event_numbers_floor();
+
+CREATE TRIGGER subscription_events_numbers_floor_on_truncate BEFORE TRUNCATE ON webhook.subscription_events FOR EACH STATEMENT EXECUTE FUNCTION webhook.keep_event_numbers_floor();
 
 CREATE TRIGGER subscription_events_pending_on_delete AFTER DELETE ON webhook.subscription_events FOR EACH ROW WHEN (old.status = 'pending'::text) EXECUTE FUNCTION webhook.keep_pending_events_in_step();
 

@@ -10,8 +10,11 @@
 
 CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptions integer)
   RETURNS TABLE (subscription_id uuid, subscription_version integer, last_event_number bigint)
-  LANGUAGE sql
+  -- plpgsql, not sql: its body names webhook.last_event_number, whose file is applied after this one.
+  LANGUAGE plpgsql
   AS $$
+BEGIN
+  RETURN QUERY
   WITH due AS (
     SELECT stream.subscription_id, s.version_id
     FROM webhook.subscriptions s
@@ -28,5 +31,6 @@ CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptio
   SET claimed_by = worker, claimed_at = now()
   FROM due
   WHERE stream.subscription_id = due.subscription_id
-  RETURNING stream.subscription_id, due.version_id, stream.last_event_number;
+  RETURNING stream.subscription_id, due.version_id, webhook.last_event_number(stream.subscription_id);
+END
 $$;

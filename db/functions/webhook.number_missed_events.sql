@@ -10,7 +10,7 @@
 --
 -- Under the lock of the subscription's stream row, taken first in a
 -- statement of its own, so that the numbering reads what is committed once
--- it holds it. Not while a sender holds the subscription's claim: the
+-- it holds it (the last number given: webhook.last_event_number). Not while a sender holds the subscription's claim: the
 -- sender numbers what it claims (webhook.prepare_claimed_events), and the
 -- missed events are numbered on a later call.
 
@@ -19,29 +19,26 @@ CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid) RETUR
   AS $$
 DECLARE
   claimed boolean;
+  numbered_before bigint;
 BEGIN
   SELECT stream.claimed_by IS NOT NULL INTO claimed
   FROM webhook.subscription_streams stream
   WHERE stream.subscription_id = subscription
   FOR UPDATE;
   IF claimed IS NOT DISTINCT FROM false THEN
+    numbered_before := webhook.last_event_number(subscription);
     WITH missed AS (
-      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+      SELECT e.id, row_number() OVER (ORDER BY e.id) AS n
       FROM webhook.subscription_events e
       JOIN webhook.subscriptions s ON s.id = e.subscription_id
       WHERE e.subscription_id = subscription AND s.topic_id IS NOT NULL
         AND e.status = 'abandoned' AND e.event_number IS NULL
-    ), advanced AS (
-      UPDATE webhook.subscription_streams stream
-      SET last_event_number = stream.last_event_number + (SELECT max(total) FROM missed)
-      WHERE stream.subscription_id = subscription AND EXISTS (SELECT FROM missed)
-      RETURNING stream.last_event_number - (SELECT max(total) FROM missed) AS numbered_before
     )
     UPDATE webhook.subscription_events e
-    SET event_number = advanced.numbered_before + missed.n
-    FROM missed, advanced
+    SET event_number = numbered_before + missed.n
+    FROM missed
     WHERE e.id = missed.id AND e.event_number IS NULL;
   END IF;
-  RETURN (SELECT last_event_number FROM webhook.subscription_streams WHERE subscription_id = subscription);
+  RETURN webhook.last_event_number(subscription);
 END
 $$;

@@ -13,7 +13,9 @@
 --     changes, not states: each is sent, numbered, and the subscriber orders
 --     them by their numbers;
 --   * the events still without a number get their subscription's next
---     numbers, in log order: gapless from 1, kept across retries.
+--     numbers, in log order: gapless from 1, kept across retries. The
+--     subscription's stream row is not written (webhook.last_event_number
+--     says why).
 -- Returns the pending ones in the order to send them.
 --
 -- Each statement starts from the claimed rows, found by primary key (a
@@ -80,28 +82,25 @@ BEGIN
                            AND called.resource_type = in_claim.resource_type AND called.resource_id = in_claim.resource_id
                            AND called.version_id > in_claim.version_id));
 
+  -- The numbers follow each subscription's last number given, read from the
+  -- log before this statement (webhook.last_event_number; the claim holds the
+  -- subscription, so no other sender numbers its events meanwhile).
   WITH claimed AS MATERIALIZED (
     SELECT e.id, e.subscription_id, e.status, e.event_number
     FROM webhook.subscription_events e
     WHERE e.id = ANY (batch)
   ), fresh AS (
     SELECT claimed.id, claimed.subscription_id,
-           row_number() OVER (PARTITION BY claimed.subscription_id ORDER BY claimed.id) AS n,
-           count(*) OVER (PARTITION BY claimed.subscription_id) AS total
+           row_number() OVER (PARTITION BY claimed.subscription_id ORDER BY claimed.id) AS n
     FROM claimed
     WHERE claimed.status = 'pending' AND claimed.event_number IS NULL
-  ), advanced AS (
-    UPDATE webhook.subscription_streams stream
-    SET last_event_number = stream.last_event_number + counted.total
-    FROM (SELECT DISTINCT fresh.subscription_id, fresh.total FROM fresh) counted
-    WHERE stream.subscription_id = counted.subscription_id
+  ), numbered_before AS (
+    SELECT numbering.subscription_id, webhook.last_event_number(numbering.subscription_id) AS last
+    FROM (SELECT DISTINCT fresh.subscription_id FROM fresh) numbering
   )
-  -- The numbers follow the streams' last numbers as they were before this
-  -- statement (its parts share one snapshot: the main UPDATE does not see
-  -- the advance), which the claim holds, so no other sender moves them.
   UPDATE webhook.subscription_events e
-  SET event_number = stream.last_event_number + fresh.n
-  FROM fresh JOIN webhook.subscription_streams stream ON stream.subscription_id = fresh.subscription_id
+  SET event_number = numbered_before.last + fresh.n
+  FROM fresh JOIN numbered_before ON numbered_before.subscription_id = fresh.subscription_id
   WHERE e.id = fresh.id;
 
   RETURN QUERY

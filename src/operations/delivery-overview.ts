@@ -46,7 +46,6 @@ export function subscribedTo({ criteria, topic }: Pick<SubscriptionSummary, 'cri
 function subscriptions(db: Db, caller: Caller | undefined) {
   const query = db
     .selectFrom('webhook.subscriptions')
-    .innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 'webhook.subscriptions.id')
     // The last call delivered, read once: shown, and where the failed calls are counted from (on the attempts-by-subscription index).
     .leftJoinLateral(
       (eb) =>
@@ -74,7 +73,7 @@ function subscriptions(db: Db, caller: Caller | undefined) {
     )
     .select(
       sql<TopicSummary | null>`CASE WHEN payload_content IS NULL THEN NULL ELSE
-        json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', stream.last_event_number) END`.as(
+        json_build_object('filters', coalesce(filter_criteria, '{}'), 'payloadContent', payload_content, 'lastEventNumber', webhook.last_event_number(webhook.subscriptions.id)) END`.as(
         'topic',
       ),
     );

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Db } from '../db/database.ts';
 import { requeueEvents, type RequeuedEventRow } from '../db/sql/resend-events.ts';
 import { FhirError, notFound, refusal } from '../fhir/outcome.ts';
@@ -43,10 +44,11 @@ type Candidate = {
  * listed with why.
  */
 export async function resendEvents(db: Db, subscriptionId: string, selection: ResendSelection, caller?: Caller): Promise<ResendOutcome> {
-  const subscriptions = db.selectFrom('webhook.subscriptions as s').innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 's.id');
+  const subscriptions = db.selectFrom('webhook.subscriptions as s');
   const subscription = isUuid(subscriptionId)
     ? await visibleTo(subscriptions, caller)
-        .select(['s.id', 's.status', 's.topic_id', 'stream.last_event_number'])
+        .select(['s.id', 's.status', 's.topic_id'])
+        .select(sql<string>`webhook.last_event_number(s.id)`.as('last_event_number'))
         .where('s.id', '=', subscriptionId)
         .executeTakeFirst()
     : undefined;

@@ -40,8 +40,8 @@ function topicSubscriptions(db: Db, caller: Caller) {
     db
       .selectFrom('webhook.subscriptions as s')
       .innerJoin('webhook.subscription_topics as topic', 'topic.id', 's.topic_id')
-      .innerJoin('webhook.subscription_streams as stream', 'stream.subscription_id', 's.id')
-      .select(['s.id', 's.status', 's.error', 's.payload_content', 'stream.last_event_number', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+      .select(['s.id', 's.status', 's.error', 's.payload_content', 'topic.url as topic_url', 'topic.compiled as topic_compiled'])
+      .select(sql<string>`webhook.last_event_number(s.id)`.as('last_event_number'))
       .$narrowType<{ payload_content: PayloadContent }>(),
     caller,
   );

@@ -275,7 +275,7 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     );
     const [rest] = await claimEvents(database.db, 'sender-a', 10);
     expect(rest!.events.map((event) => event.eventNumber)).toEqual([101, 102, 103, 104, 105]);
-    const { rows } = await database.pool.query(`SELECT last_event_number::int FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
+    const { rows } = await database.pool.query(`SELECT webhook.last_event_number($1)::int AS last_event_number`, [booked]);
     expect(rows[0]).toEqual({ last_event_number: 105 });
   });
 

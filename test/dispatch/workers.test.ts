@@ -151,7 +151,7 @@ describe('a stream longer than one claim', () => {
       expect(rows[0]!.numbers.map(Number)).toEqual(Array.from({ length: count }, (_, index) => index + 1));
       expect(rows[0]!).toMatchObject({ delivered: count, retried: 1 });
       const { rows: stream } = await t.database.pool.query(
-        `SELECT last_event_number::int, claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`,
+        `SELECT webhook.last_event_number(subscription_id)::int AS last_event_number, claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`,
         [id],
       );
       expect(stream).toEqual([{ last_event_number: count, claimed_by: null }]);

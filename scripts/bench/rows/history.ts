@@ -26,11 +26,11 @@ export async function historyCost(bench: Bench, settled: number): Promise<Row> {
   });
   const before = await pacedLatencies(bench, paths, 1, resource('before'), 3_000);
   const startedAt = wallNow();
-  // Numbered after each subscription's last number, which then moves past them, as deliveries would have.
+  // Numbered after each subscription's last number (webhook.last_event_number reads it from the log), as deliveries would have.
   await bench.database.pool.query(
     `WITH subscription AS (
-       SELECT s.id, stream.last_event_number, row_number() OVER (ORDER BY s.id) - 1 AS place, count(*) OVER () AS subscriptions
-       FROM webhook.subscriptions s JOIN webhook.subscription_streams stream ON stream.subscription_id = s.id
+       SELECT s.id, webhook.last_event_number(s.id) AS last_event_number, row_number() OVER (ORDER BY s.id) - 1 AS place, count(*) OVER () AS subscriptions
+       FROM webhook.subscriptions s
        WHERE s.criteria = ANY ($2) AND s.status = 'active'
      ), past AS (
        SELECT subscription.id AS subscription_id, 'Encounter' AS resource_type, 'past-' || n AS resource_id,
@@ -41,13 +41,9 @@ export async function historyCost(bench: Bench, settled: number): Promise<Row> {
      ), events AS (
        INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted, written_at, event_number, attempts, status, settled_at)
        SELECT subscription_id, resource_type, resource_id, 1, false, at, event_number, 1, 'delivered', at FROM past
-     ), calls AS (
-       INSERT INTO webhook.delivery_attempts (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome)
-       SELECT subscription_id, 'notification', resource_type, resource_id, 1, event_number, 1, at, 2, 200, 'delivered' FROM past
      )
-     UPDATE webhook.subscription_streams stream SET last_event_number = numbered.last
-     FROM (SELECT subscription_id, max(event_number) AS last FROM past GROUP BY subscription_id) numbered
-     WHERE stream.subscription_id = numbered.subscription_id`,
+     INSERT INTO webhook.delivery_attempts (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome)
+     SELECT subscription_id, 'notification', resource_type, resource_id, 1, event_number, 1, at, 2, 200, 'delivered' FROM past`,
     [settled, criteria],
   );
   const loadSeconds = (wallNow() - startedAt) / 1000;

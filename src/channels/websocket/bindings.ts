@@ -41,7 +41,7 @@ export async function deleteBindings(db: Db, connectionId: string, subscriptionI
 /** Where each subscription's binding starts: its latest event number, and its latest notification (null: none kept). */
 export async function bindingStarts(db: Db, subscriptionIds: string[]): Promise<{ id: string; last_event_number: string; last_notification: string | null }[]> {
   const { rows } = await sql<{ id: string; last_event_number: string; last_notification: string | null }>`
-    SELECT stream.subscription_id AS id, stream.last_event_number,
+    SELECT stream.subscription_id AS id, webhook.last_event_number(stream.subscription_id) AS last_event_number,
            (SELECT max(n.id) FROM webhook.websocket_notifications n WHERE n.subscription_id = stream.subscription_id) AS last_notification
     FROM webhook.subscription_streams stream
     WHERE stream.subscription_id = ANY (${subscriptionIds}::uuid[])`.execute(db);

@@ -803,7 +803,7 @@ describe("a bind's order, step by step", () => {
       lastEventNumber: number,
     });
   };
-  /** The log's numbering of the subscription's next event, as a claim does it. */
+  /** The subscription's last number given moved on by one, as a claim's numbering moves it (here through its floor, webhook.last_event_number). */
   const number = (id: string) =>
     t.database.pool.query('UPDATE webhook.subscription_streams SET last_event_number = last_event_number + 1 WHERE subscription_id = $1', [id]);
 
