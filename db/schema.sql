@@ -156,6 +156,23 @@ COMMENT ON COLUMN webhook.secret_rotations.rotated_by_operator IS 'The operating
 COMMENT ON COLUMN webhook.secret_rotations.previous_secret_until IS 'The end of the overlap: rotated_at when there was none.';
 COMMENT ON TABLE webhook.secret_rotations IS 'One row per rotation of a subscription''s signing secret: when, by which API key or operating-system user (CLI), and until when the previous secret signed calls too. Never a secret.';
 
+CREATE TABLE webhook.subscription_claims (
+  generation smallint NOT NULL,
+  subscription_id uuid NOT NULL,
+  claimed_by text NOT NULL,
+  claimed_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT subscription_claims_claimed_by_fkey FOREIGN KEY (claimed_by) REFERENCES webhook.worker_pools(pool_id) ON DELETE CASCADE,
+  CONSTRAINT subscription_claims_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscription_streams(subscription_id) ON DELETE CASCADE
+) PARTITION BY LIST (generation);
+COMMENT ON COLUMN webhook.subscription_claims.generation IS 'The partition: the current generation when the claim was made, or when a rotation moved it.';
+COMMENT ON COLUMN webhook.subscription_claims.claimed_by IS 'The event sender holding the claim (webhook.worker_pools, kind event-sender); deleted with its registration when it dies.';
+COMMENT ON COLUMN webhook.subscription_claims.claimed_at IS 'When it was claimed: a claim kept across batches keeps its first time (src/dispatch/events/log.ts frees one held over 10 s by nobody working on it).';
+COMMENT ON TABLE webhook.subscription_claims IS 'The subscriptions a worker process is sending now, one row each (at most one per subscription: a claimer holds the lock of its webhook.subscription_streams row while it checks and inserts). A partition per generation of webhook.pending_events_generation, the older one truncated every few seconds (webhook.rotate_pending_events).';
+
+CREATE TABLE webhook.subscription_claims_0 PARTITION OF webhook.subscription_claims FOR VALUES IN ('0');
+
+CREATE TABLE webhook.subscription_claims_1 PARTITION OF webhook.subscription_claims FOR VALUES IN ('1');
+
 CREATE TABLE webhook.subscription_events (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
   subscription_id uuid NOT NULL,
@@ -194,17 +211,14 @@ COMMENT ON TABLE webhook.subscription_match_terms IS 'Terms of which a resource 
 CREATE TABLE webhook.subscription_streams (
   subscription_id uuid NOT NULL,
   last_event_number bigint DEFAULT 0 NOT NULL,
-  claimed_by text,
-  claimed_at timestamp with time zone,
   next_call_at timestamp with time zone,
-  CONSTRAINT subscription_streams_claimed_by_fkey FOREIGN KEY (claimed_by) REFERENCES webhook.worker_pools(pool_id) ON DELETE SET NULL,
   CONSTRAINT subscription_streams_last_event_number_check CHECK ((last_event_number >= 0)),
   CONSTRAINT subscription_streams_pkey PRIMARY KEY (subscription_id),
   CONSTRAINT subscription_streams_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES webhook.subscriptions(id) ON DELETE CASCADE
 );
 COMMENT ON COLUMN webhook.subscription_streams.last_event_number IS 'A floor of the subscription''s event numbers: the highest number of its events deleted or truncated from the log. Its last number given is webhook.last_event_number(subscription_id), the greater of this and the log''s highest.';
 COMMENT ON COLUMN webhook.subscription_streams.next_call_at IS 'For a throttled subscription: the earliest its next call may start, left by the sender that sent the last one.';
-COMMENT ON TABLE webhook.subscription_streams IS 'Per subscription: the number of its last numbered event, and the worker process sending its events now (claimed_by; NULL when none).';
+COMMENT ON TABLE webhook.subscription_streams IS 'Per subscription: the floor of its event numbers (last_event_number) and when a throttled subscription''s next call may start (next_call_at). Who is sending its events is webhook.subscription_claims.';
 
 CREATE TABLE webhook.subscription_topics (
   id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -363,7 +377,7 @@ CREATE TABLE webhook.worker_pools (
   CONSTRAINT worker_pools_kind_check CHECK ((kind = ANY (ARRAY['graphile-worker'::text, 'event-sender'::text, 'websocket-server'::text]))),
   CONSTRAINT worker_pools_pkey PRIMARY KEY (pool_id)
 );
-COMMENT ON COLUMN webhook.worker_pools.kind IS 'graphile-worker: a graphile-worker pool (its id is what its jobs hold in locked_by); event-sender: a process sending subscription events (what webhook.subscription_streams.claimed_by holds); websocket-server: an API process holding websocket clients (what webhook.websocket_bindings.server_id holds).';
+COMMENT ON COLUMN webhook.worker_pools.kind IS 'graphile-worker: a graphile-worker pool (its id is what its jobs hold in locked_by); event-sender: a process sending subscription events (what webhook.subscription_claims.claimed_by holds); websocket-server: an API process holding websocket clients (what webhook.websocket_bindings.server_id holds).';
 
 CREATE INDEX resource_history_by_time ON fhir.resource_history USING btree (last_updated, resource_type, id, version_id);
 
@@ -388,6 +402,8 @@ CREATE INDEX pending_events_by_subscription ON ONLY webhook.pending_events USING
 CREATE UNIQUE INDEX pending_events_generation_one_row ON webhook.pending_events_generation USING btree ((true));
 
 CREATE INDEX secret_rotations_by_subscription ON webhook.secret_rotations USING btree (subscription_id, rotated_at);
+
+CREATE INDEX subscription_claims_by_subscription ON ONLY webhook.subscription_claims USING btree (subscription_id);
 
 CREATE INDEX subscription_events_by_settling ON webhook.subscription_events USING btree (settled_at) WHERE (status <> 'pending'::text);
 
@@ -476,9 +492,9 @@ CREATE VIEW webhook.pending_work AS
     s.status,
     'notification'::text AS work,
     count(*) AS items,
-    count(*) FILTER (WHERE stream.claimed_by IS NULL AND COALESCE(e.not_before, '-infinity'::timestamp with time zone) <= now()) AS waiting,
-    count(*) FILTER (WHERE stream.claimed_by IS NULL AND e.not_before > now()) AS scheduled,
-    count(*) FILTER (WHERE stream.claimed_by IS NOT NULL) AS sending,
+    count(*) FILTER (WHERE claim.claimed_by IS NULL AND COALESCE(e.not_before, '-infinity'::timestamp with time zone) <= now()) AS waiting,
+    count(*) FILTER (WHERE claim.claimed_by IS NULL AND e.not_before > now()) AS scheduled,
+    count(*) FILTER (WHERE claim.claimed_by IS NOT NULL) AS sending,
     min(e.written_at) FILTER (WHERE COALESCE(e.not_before, '-infinity'::timestamp with time zone) <= now()) AS waiting_since,
     min(e.not_before) FILTER (WHERE e.not_before > now()) AS next_run_at,
     max(e.attempts) AS most_attempts,
@@ -486,7 +502,10 @@ CREATE VIEW webhook.pending_work AS
    FROM webhook.pending_events pending
      JOIN webhook.subscription_events e ON e.id = pending.event_id
      LEFT JOIN webhook.subscriptions s ON s.id = e.subscription_id
-     LEFT JOIN webhook.subscription_streams stream ON stream.subscription_id = e.subscription_id
+     LEFT JOIN LATERAL ( SELECT c.claimed_by
+           FROM webhook.subscription_claims c
+          WHERE c.subscription_id = e.subscription_id
+         LIMIT 1) claim ON true
   GROUP BY s.id, s.criteria, s.endpoint, s.status
 UNION ALL
  SELECT s.id AS subscription_id,
@@ -656,6 +675,7 @@ CREATE OR REPLACE FUNCTION webhook.claim_events_of_subscriptions(worker text, ca
  RETURNS TABLE(subscription_id uuid, subscription_version integer, event_id bigint, event_number bigint, resource_type text, resource_id text, version_id integer, deleted boolean, attempts integer, bytes integer, more_due boolean)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
+ SET jit TO 'off'
 AS $function$
 DECLARE
   candidate uuid;
@@ -684,7 +704,6 @@ BEGIN
     CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
                                     ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
     WHERE stream.subscription_id = candidate
-      AND stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.pending_events pending
                    JOIN webhook.subscription_events e ON e.id = pending.event_id
@@ -693,6 +712,11 @@ BEGIN
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
+    -- Held by a sender: read now, in a statement of its own, whose snapshot
+    -- is taken once the lock is held (and once a rotation that was moving
+    -- the claims has committed: its partitions are locked first), so that
+    -- every claim made before is seen (only a holder of the lock makes one).
+    CONTINUE WHEN EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = free);
 
     -- Its due events in log order, each with the size of its version, one
     -- past max_events to know whether any is left out.
@@ -721,10 +745,6 @@ BEGIN
     RETURN;
   END IF;
 
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = worker, claimed_at = now()
-  WHERE stream.subscription_id = ANY (claimed);
-
   RETURN QUERY
     SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
            prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
@@ -733,15 +753,18 @@ BEGIN
     JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
     ORDER BY prepared.subscription_id, prepared.event_id;
 
-  -- A subscription every claimed event of which was set aside (a retry of a
-  -- version older than one already sent) is not in the answer: released
-  -- now, not held by a sender that never heard of it until the sweep of
-  -- stranded claims frees it 10 s later.
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = NULL, claimed_at = NULL
-  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.pending_events pending
-                     WHERE pending.subscription_id = stream.subscription_id AND pending.event_id = ANY (batch));
+  -- The claims, of the subscriptions in the answer: one every claimed event
+  -- of which was set aside (a retry of a version older than one already
+  -- sent) is not in it, and is not held by a sender that never heard of it
+  -- until the sweep of stranded claims frees it 10 s later. The stream rows'
+  -- locks, held until this transaction ends, keep other claimers out
+  -- meanwhile.
+  INSERT INTO webhook.subscription_claims (generation, subscription_id, claimed_by)
+  SELECT generation.current_generation, claimed_one, worker
+  FROM unnest(claimed) AS claimed_one
+  CROSS JOIN webhook.pending_events_generation generation
+  WHERE EXISTS (SELECT FROM webhook.pending_events pending
+                 WHERE pending.subscription_id = claimed_one AND pending.event_id = ANY (batch));
 END
 $function$;
 
@@ -749,25 +772,35 @@ CREATE OR REPLACE FUNCTION webhook.claim_heartbeats(worker text, max_subscriptio
  RETURNS TABLE(subscription_id uuid, subscription_version integer, last_event_number bigint)
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+  locked uuid[];
 BEGIN
-  RETURN QUERY
-  WITH due AS (
-    SELECT stream.subscription_id, s.version_id
+  -- The claims seen here are read before the locks are held: those made
+  -- since are found by the check below.
+  locked := array(
+    SELECT stream.subscription_id
     FROM webhook.subscriptions s
     JOIN webhook.subscription_streams stream ON stream.subscription_id = s.id
     WHERE s.heartbeat_period_seconds IS NOT NULL AND s.status = 'active'
-      AND stream.claimed_by IS NULL
+      AND NOT EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = s.id)
       AND NOT EXISTS (SELECT FROM webhook.delivery_attempts called
                        WHERE called.subscription_id = s.id
                          AND called.started_at > now() - make_interval(secs => s.heartbeat_period_seconds))
     LIMIT max_subscriptions
-    FOR UPDATE OF stream SKIP LOCKED
+    FOR UPDATE OF stream SKIP LOCKED);
+
+  RETURN QUERY
+  WITH claimed AS (
+    INSERT INTO webhook.subscription_claims (generation, subscription_id, claimed_by)
+    SELECT generation.current_generation, due.subscription_id, worker
+    FROM unnest(locked) AS due(subscription_id)
+    CROSS JOIN webhook.pending_events_generation generation
+    WHERE NOT EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = due.subscription_id)
+    RETURNING webhook.subscription_claims.subscription_id
   )
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = worker, claimed_at = now()
-  FROM due
-  WHERE stream.subscription_id = due.subscription_id
-  RETURNING stream.subscription_id, due.version_id, webhook.last_event_number(stream.subscription_id);
+  SELECT claimed.subscription_id, s.version_id, webhook.last_event_number(claimed.subscription_id)
+  FROM claimed
+  JOIN webhook.subscriptions s ON s.id = claimed.subscription_id;
 END
 $function$;
 
@@ -785,9 +818,9 @@ DECLARE
   in_order boolean;
   events_before bigint;
 BEGIN
-  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
-  JOIN webhook.subscriptions s ON s.id = stream.subscription_id
-  WHERE stream.subscription_id = subscription AND stream.claimed_by = worker AND s.status = 'active';
+  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_claims claim
+  JOIN webhook.subscriptions s ON s.id = claim.subscription_id
+  WHERE claim.subscription_id = subscription AND claim.claimed_by = worker AND s.status = 'active';
   IF NOT FOUND THEN
     RETURN;
   END IF;
@@ -952,14 +985,12 @@ CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  claimed boolean;
   numbered_before bigint;
 BEGIN
-  SELECT stream.claimed_by IS NOT NULL INTO claimed
-  FROM webhook.subscription_streams stream
+  PERFORM FROM webhook.subscription_streams stream
   WHERE stream.subscription_id = subscription
   FOR UPDATE;
-  IF claimed IS NOT DISTINCT FROM false THEN
+  IF FOUND AND NOT EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = subscription) THEN
     numbered_before := webhook.last_event_number(subscription);
     WITH missed AS (
       SELECT e.id, row_number() OVER (ORDER BY e.id) AS n
@@ -1325,6 +1356,7 @@ AS $function$
 DECLARE
   current smallint;
   older text;
+  older_claims text;
   too_many boolean;
 BEGIN
   SELECT g.current_generation INTO current
@@ -1335,18 +1367,21 @@ BEGIN
     RETURN false;
   END IF;
   older := format('webhook.pending_events_%s', 1 - current);
+  older_claims := format('webhook.subscription_claims_%s', 1 - current);
   EXECUTE format('SELECT count(*) > %s FROM (SELECT FROM %s LIMIT %s) still', max_moved, older, max_moved + 1) INTO too_many;
   IF too_many THEN
     RETURN false;
   END IF;
   BEGIN
-    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', older);
+    EXECUTE format('LOCK TABLE %s, %s IN ACCESS EXCLUSIVE MODE', older, older_claims);
   EXCEPTION WHEN lock_not_available THEN
     RETURN false;
   END;
   EXECUTE format('INSERT INTO webhook.pending_events (generation, subscription_id, event_id)
                   SELECT %s, subscription_id, event_id FROM %s', current, older);
-  EXECUTE format('TRUNCATE %s', older);
+  EXECUTE format('INSERT INTO webhook.subscription_claims (generation, subscription_id, claimed_by, claimed_at)
+                  SELECT %s, subscription_id, claimed_by, claimed_at FROM %s', current, older_claims);
+  EXECUTE format('TRUNCATE %s, %s', older, older_claims);
   UPDATE webhook.pending_events_generation SET current_generation = 1 - current, rotated_at = now();
   RETURN true;
 END
@@ -1391,11 +1426,12 @@ BEGIN
                          ORDER BY p.subscription_id, p.event_id LIMIT 1) next
   )
   SELECT count(*),
-         count(*) FILTER (WHERE stream.claimed_by = worker),
-         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
+         count(*) FILTER (WHERE claim.claimed_by = worker),
+         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE claim.claimed_by IS NULL)
   INTO pending_subscriptions, mine, free
   FROM with_pending
-  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
+  LEFT JOIN LATERAL (SELECT c.claimed_by FROM webhook.subscription_claims c
+                      WHERE c.subscription_id = with_pending.subscription_id LIMIT 1) claim ON true;
 
   SELECT greatest(count(*), 1) INTO live_workers
   FROM webhook.worker_pools pool

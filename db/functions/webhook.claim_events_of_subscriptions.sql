@@ -6,12 +6,14 @@
 -- A subscription of the list that was claimed or sent meanwhile, or is no
 -- longer active, is passed over, one probe by key each.
 --
--- A subscription is claimed by one worker at a time (its row of
--- webhook.subscription_streams, locked FOR UPDATE SKIP LOCKED, then marked
--- claimed_by): its events go out in log order, at most DELIVERY_PARALLEL_CALLS
--- at once, and a subscriber that hangs holds only its own claim. The worker
--- releases it when it has recorded the outcome (src/dispatch/events/log.ts);
--- a worker that dies is dropped from webhook.worker_pools, which frees it.
+-- A subscription is claimed by one worker at a time (a row of
+-- webhook.subscription_claims, made under the lock of its row of
+-- webhook.subscription_streams, taken FOR UPDATE SKIP LOCKED): its events go
+-- out in log order, at most DELIVERY_PARALLEL_CALLS at once, and a subscriber
+-- that hangs holds only its own claim. The worker releases it when it has
+-- recorded the outcome (src/dispatch/events/log.ts); a worker that dies is
+-- dropped from webhook.worker_pools, which deletes its claims. Neither
+-- writes the stream row (migration 0036 says why).
 --
 -- Bounded by bytes too (DELIVERY_MAX_CLAIMED_BYTES, src/dispatch/events/sender.ts):
 -- the worker loads every claimed event's resource version and keeps it while
@@ -44,6 +46,9 @@ CREATE OR REPLACE FUNCTION webhook.claim_events_of_subscriptions(worker text, ca
   LANGUAGE plpgsql
   -- Every row by key, whatever the statistics (webhook.prepare_claimed_events says why).
   SET enable_seqscan = off
+  -- The one-row generation table has no index to read it by: its scan is then costed as disabled (10^10 on
+  -- PostgreSQL 15), far past jit_above_cost, and the claim's insert compiled itself with LLVM, 45-120 ms each time.
+  SET jit = off
   AS $$
 DECLARE
   candidate uuid;
@@ -72,7 +77,6 @@ BEGIN
     CROSS JOIN LATERAL (SELECT CASE WHEN s.topic_id IS NULL THEN 9223372036854775807
                                     ELSE webhook.first_event_waiting_for_retry(s.id) END AS events_before) held_back
     WHERE stream.subscription_id = candidate
-      AND stream.claimed_by IS NULL
       AND s.status = 'active'
       AND EXISTS (SELECT FROM webhook.pending_events pending
                    JOIN webhook.subscription_events e ON e.id = pending.event_id
@@ -81,6 +85,11 @@ BEGIN
                      AND (e.not_before IS NULL OR e.not_before <= now()))
     FOR UPDATE OF stream SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
+    -- Held by a sender: read now, in a statement of its own, whose snapshot
+    -- is taken once the lock is held (and once a rotation that was moving
+    -- the claims has committed: its partitions are locked first), so that
+    -- every claim made before is seen (only a holder of the lock makes one).
+    CONTINUE WHEN EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = free);
 
     -- Its due events in log order, each with the size of its version, one
     -- past max_events to know whether any is left out.
@@ -109,10 +118,6 @@ BEGIN
     RETURN;
   END IF;
 
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = worker, claimed_at = now()
-  WHERE stream.subscription_id = ANY (claimed);
-
   RETURN QUERY
     SELECT prepared.subscription_id, prepared.subscription_version, prepared.event_id, prepared.event_number,
            prepared.resource_type, prepared.resource_id, prepared.version_id, prepared.deleted, prepared.attempts,
@@ -121,14 +126,17 @@ BEGIN
     JOIN unnest(batch, batch_bytes) AS counted(event_id, size) ON counted.event_id = prepared.event_id
     ORDER BY prepared.subscription_id, prepared.event_id;
 
-  -- A subscription every claimed event of which was set aside (a retry of a
-  -- version older than one already sent) is not in the answer: released
-  -- now, not held by a sender that never heard of it until the sweep of
-  -- stranded claims frees it 10 s later.
-  UPDATE webhook.subscription_streams stream
-  SET claimed_by = NULL, claimed_at = NULL
-  WHERE stream.subscription_id = ANY (claimed) AND stream.claimed_by = worker
-    AND NOT EXISTS (SELECT FROM webhook.pending_events pending
-                     WHERE pending.subscription_id = stream.subscription_id AND pending.event_id = ANY (batch));
+  -- The claims, of the subscriptions in the answer: one every claimed event
+  -- of which was set aside (a retry of a version older than one already
+  -- sent) is not in it, and is not held by a sender that never heard of it
+  -- until the sweep of stranded claims frees it 10 s later. The stream rows'
+  -- locks, held until this transaction ends, keep other claimers out
+  -- meanwhile.
+  INSERT INTO webhook.subscription_claims (generation, subscription_id, claimed_by)
+  SELECT generation.current_generation, claimed_one, worker
+  FROM unnest(claimed) AS claimed_one
+  CROSS JOIN webhook.pending_events_generation generation
+  WHERE EXISTS (SELECT FROM webhook.pending_events pending
+                 WHERE pending.subscription_id = claimed_one AND pending.event_id = ANY (batch));
 END
 $$;

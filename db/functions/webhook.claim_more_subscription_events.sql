@@ -11,7 +11,7 @@
 -- due meanwhile waits for the worker's release and the next claim, which
 -- takes the oldest first; the worker releases after a few batches
 -- (maxBatchesPerClaim). Returns nothing when the subscription has left
--- `active`, or when the worker no longer holds its stream (it was taken for
+-- `active`, or when the worker no longer holds its claim (it was taken for
 -- dead and the claim freed).
 --
 -- The versions are counted as webhook.claim_subscription_events counts them
@@ -39,9 +39,9 @@ DECLARE
   in_order boolean;
   events_before bigint;
 BEGIN
-  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_streams stream
-  JOIN webhook.subscriptions s ON s.id = stream.subscription_id
-  WHERE stream.subscription_id = subscription AND stream.claimed_by = worker AND s.status = 'active';
+  SELECT s.topic_id IS NOT NULL INTO in_order FROM webhook.subscription_claims claim
+  JOIN webhook.subscriptions s ON s.id = claim.subscription_id
+  WHERE claim.subscription_id = subscription AND claim.claimed_by = worker AND s.status = 'active';
   IF NOT FOUND THEN
     RETURN;
   END IF;

@@ -10,22 +10,22 @@
 --
 -- Under the lock of the subscription's stream row, taken first in a
 -- statement of its own, so that the numbering reads what is committed once
--- it holds it (the last number given: webhook.last_event_number). Not while a sender holds the subscription's claim: the
--- sender numbers what it claims (webhook.prepare_claimed_events), and the
--- missed events are numbered on a later call.
+-- it holds it (the last number given: webhook.last_event_number). Not while
+-- a sender holds the subscription's claim (webhook.subscription_claims, read
+-- under that lock, which every claimer takes): the sender numbers what it
+-- claims (webhook.prepare_claimed_events), and the missed events are
+-- numbered on a later call.
 
 CREATE OR REPLACE FUNCTION webhook.number_missed_events(subscription uuid) RETURNS bigint
   LANGUAGE plpgsql
   AS $$
 DECLARE
-  claimed boolean;
   numbered_before bigint;
 BEGIN
-  SELECT stream.claimed_by IS NOT NULL INTO claimed
-  FROM webhook.subscription_streams stream
+  PERFORM FROM webhook.subscription_streams stream
   WHERE stream.subscription_id = subscription
   FOR UPDATE;
-  IF claimed IS NOT DISTINCT FROM false THEN
+  IF FOUND AND NOT EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = subscription) THEN
     numbered_before := webhook.last_event_number(subscription);
     WITH missed AS (
       SELECT e.id, row_number() OVER (ORDER BY e.id) AS n

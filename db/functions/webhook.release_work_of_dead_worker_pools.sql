@@ -4,10 +4,10 @@
 -- seconds (src/dispatch/liveness.ts): its graphile-worker pool, whose id its
 -- jobs hold in locked_by (graphile-worker frees a dead pool's jobs only after
 -- 4 hours), and its event sender, whose id its claims hold in
--- webhook.subscription_streams.claimed_by. A registration silent for 20
+-- webhook.subscription_claims.claimed_by. A registration silent for 20
 -- seconds is dead: the other processes (or the restarted one), which sweep as
 -- they beat and at start, delete it, which frees its claims (the foreign key
--- sets claimed_by to NULL), and free its jobs with graphile-worker's public
+-- deletes them), and free its jobs with graphile-worker's public
 -- force_unlock_workers. So a `kill -9` delays its subscriptions by about 25
 -- seconds, and the calls it had made but not recorded are made again (at
 -- least once). A graphile-worker pool that never registered (a process that

@@ -13,7 +13,9 @@
 -- pending set's index (webhook.pending_events, one probe per such
 -- subscription): idle subscriptions cost nothing, however many there are. The list is a snapshot: a
 -- subscription in it may have been claimed or sent since, which the claim
--- checks, one probe each.
+-- checks, one probe each (and one claimed just now may be in it: a claim
+-- is a row of webhook.subscription_claims, which a claim reads again under
+-- its lock).
 --
 -- The share: without it, a sender that releases a subscription would claim
 -- it again at once, and the others, which claim when a write's NOTIFY or
@@ -42,11 +44,12 @@ BEGIN
                          ORDER BY p.subscription_id, p.event_id LIMIT 1) next
   )
   SELECT count(*),
-         count(*) FILTER (WHERE stream.claimed_by = worker),
-         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE stream.claimed_by IS NULL)
+         count(*) FILTER (WHERE claim.claimed_by = worker),
+         array_agg(with_pending.subscription_id ORDER BY with_pending.oldest_event) FILTER (WHERE claim.claimed_by IS NULL)
   INTO pending_subscriptions, mine, free
   FROM with_pending
-  JOIN webhook.subscription_streams stream ON stream.subscription_id = with_pending.subscription_id;
+  LEFT JOIN LATERAL (SELECT c.claimed_by FROM webhook.subscription_claims c
+                      WHERE c.subscription_id = with_pending.subscription_id LIMIT 1) claim ON true;
 
   SELECT greatest(count(*), 1) INTO live_workers
   FROM webhook.worker_pools pool

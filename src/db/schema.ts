@@ -193,8 +193,6 @@ export interface SubscriptionStreamsTable {
   subscription_id: string;
   last_event_number: ColumnType<string, never, never>;
   next_call_at: Date | null;
-  claimed_by: string | null;
-  claimed_at: Date | null;
 }
 
 /** A topic for topic-based subscriptions (migration 0019); its JSON is src/topics/'s to read. */

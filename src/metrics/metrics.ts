@@ -195,13 +195,12 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
     registers,
     async collect() {
       const { rows } = await sql<{ state: string; events: number }>`
-        SELECT CASE WHEN stream.claimed_by IS NOT NULL THEN 'sending'
+        SELECT CASE WHEN EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = pending.subscription_id) THEN 'sending'
                     WHEN event.not_before > now() THEN 'scheduled'
                     ELSE 'waiting' END AS state,
                count(*)::int AS events
         FROM webhook.pending_events pending
         JOIN webhook.subscription_events event ON event.id = pending.event_id
-        LEFT JOIN webhook.subscription_streams stream ON stream.subscription_id = pending.subscription_id
         GROUP BY 1`.execute(db);
       for (const state of ['waiting', 'sending', 'scheduled']) this.set({ state }, rows.find((row) => row.state === state)?.events ?? 0);
     },
@@ -215,8 +214,8 @@ function registerDatabaseGauges(db: Db, registers: Registry[]): void {
         SELECT extract(epoch FROM now() - min(event.written_at))::float8 AS age
         FROM webhook.pending_events pending
         JOIN webhook.subscription_events event ON event.id = pending.event_id
-        JOIN webhook.subscription_streams stream ON stream.subscription_id = pending.subscription_id
-        WHERE stream.claimed_by IS NULL AND coalesce(event.not_before, '-infinity') <= now()`.execute(db);
+        WHERE NOT EXISTS (SELECT FROM webhook.subscription_claims claim WHERE claim.subscription_id = pending.subscription_id)
+          AND coalesce(event.not_before, '-infinity') <= now()`.execute(db);
       this.set(Math.max(0, rows[0]?.age ?? 0));
     },
   });

@@ -240,7 +240,10 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
     await database.pool.query(`UPDATE webhook.subscriptions SET status = 'error', error = 'test' WHERE id = $1`, [of('cancelled')]);
     const claimed = await claimCandidates(database.db, 'sender-a', candidates.subscriptionIds, 1);
     expect(claimed.map((claim) => [claim.subscriptionId, claim.events.map((event) => event.resourceId)])).toEqual([[of('booked'), ['for-booked']]]);
-    const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by FROM webhook.subscription_streams`);
+    const { rows } = await database.pool.query(
+      `SELECT stream.subscription_id, claim.claimed_by
+       FROM webhook.subscription_streams stream LEFT JOIN webhook.subscription_claims claim USING (subscription_id)`,
+    );
     expect(new Map(rows.map((row) => [row.subscription_id, row.claimed_by]))).toEqual(
       new Map([
         [of('proposed'), 'sender-b'],
@@ -305,7 +308,7 @@ describe('claims (db/functions/webhook.claim_subscription_events.sql)', () => {
       [],
       { resetFailureCount: false, keepClaim: true },
     );
-    const { rows } = await database.pool.query(`SELECT claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`, [booked]);
+    const { rows } = await database.pool.query(`SELECT claimed_by FROM webhook.subscription_claims WHERE subscription_id = $1`, [booked]);
     expect(rows).toEqual([{ claimed_by: 'sender-a' }]);
     expect(await nextEvents('sender-a', booked, more.at(-1)!.eventId)).toEqual([]);
     await write('later');

@@ -90,7 +90,7 @@ describe('the claim functions, bounded by bytes', () => {
 
     expect(await claimEvents(database.db, 'sender-a', 10)).toEqual([]);
     const { rows } = await database.pool.query(
-      `SELECT stream.claimed_by, event.status FROM webhook.subscription_streams stream
+      `SELECT (SELECT claim.claimed_by FROM webhook.subscription_claims claim WHERE claim.subscription_id = stream.subscription_id) AS claimed_by, event.status FROM webhook.subscription_streams stream
        JOIN webhook.subscription_events event ON event.subscription_id = stream.subscription_id AND event.version_id = 1
        WHERE stream.subscription_id = $1`,
       [id],
@@ -168,10 +168,11 @@ describe('the claim functions, bounded by bytes', () => {
     // Room for First's two and less than Second's first: Third's small event, behind it, waits too.
     const claims = await claimEvents(database.db, 'sender-a', 10, firstBytes + 100_000);
     expect(claims.map((claim) => [claim.subscriptionId, claim.events.length, claim.moreDue])).toEqual([[first, 2, false]]);
-    const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by FROM webhook.subscription_streams WHERE subscription_id IN ($1, $2)`, [
-      second,
-      third,
-    ]);
+    const { rows } = await database.pool.query(
+      `SELECT subscription_id, (SELECT claim.claimed_by FROM webhook.subscription_claims claim WHERE claim.subscription_id = stream.subscription_id) AS claimed_by
+       FROM webhook.subscription_streams stream WHERE subscription_id IN ($1, $2)`,
+      [second, third],
+    );
     expect(rows).toEqual(
       expect.arrayContaining([
         { subscription_id: second, claimed_by: null },

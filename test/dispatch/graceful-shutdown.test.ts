@@ -40,8 +40,9 @@ describe('graceful shutdown', () => {
     expect((await attemptsOf(t, id)).filter((row) => row.kind === 'notification')).toEqual([]);
     // The event cut short is not recorded: it stays pending, numbered, for this worker after its restart or another.
     const { rows } = await t.database.pool.query(
-      `SELECT event.resource_type, event.version_id, event.event_number, event.attempts, event.not_before, event.status, stream.claimed_by
-       FROM webhook.subscription_events event JOIN webhook.subscription_streams stream USING (subscription_id)
+      `SELECT event.resource_type, event.version_id, event.event_number, event.attempts, event.not_before, event.status,
+              (SELECT claim.claimed_by FROM webhook.subscription_claims claim WHERE claim.subscription_id = event.subscription_id) AS claimed_by
+       FROM webhook.subscription_events event
        WHERE event.subscription_id = $1`,
       [id],
     );

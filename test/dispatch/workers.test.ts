@@ -151,7 +151,9 @@ describe('a stream longer than one claim', () => {
       expect(rows[0]!.numbers.map(Number)).toEqual(Array.from({ length: count }, (_, index) => index + 1));
       expect(rows[0]!).toMatchObject({ delivered: count, retried: 1 });
       const { rows: stream } = await t.database.pool.query(
-        `SELECT webhook.last_event_number(subscription_id)::int AS last_event_number, claimed_by FROM webhook.subscription_streams WHERE subscription_id = $1`,
+        `SELECT webhook.last_event_number(stream.subscription_id)::int AS last_event_number, claim.claimed_by
+         FROM webhook.subscription_streams stream LEFT JOIN webhook.subscription_claims claim USING (subscription_id)
+         WHERE stream.subscription_id = $1`,
         [id],
       );
       expect(stream).toEqual([{ last_event_number: count, claimed_by: null }]);
@@ -331,8 +333,8 @@ describe('two worker processes on one database', () => {
         INSERT INTO public.claims_seen VALUES (NEW.claimed_by, NEW.subscription_id);
         RETURN NULL;
       END $$;
-      CREATE TRIGGER record_claim AFTER UPDATE OF claimed_by ON webhook.subscription_streams
-        FOR EACH ROW WHEN (NEW.claimed_by IS NOT NULL) EXECUTE FUNCTION public.record_claim();`);
+      CREATE TRIGGER record_claim AFTER INSERT ON webhook.subscription_claims
+        FOR EACH ROW EXECUTE FUNCTION public.record_claim();`);
 
       const count = 1_000;
       const total = count * subscribers;
@@ -418,7 +420,7 @@ describe('two worker processes on one database', () => {
       await waitFor(
         async () => {
           const { rows } = await t.database.pool.query<{ count: number }>(
-            'SELECT count(*)::int AS count FROM webhook.subscription_streams WHERE claimed_by = $1',
+            'SELECT count(*)::int AS count FROM webhook.subscription_claims WHERE claimed_by = $1',
             [doomedSender],
           );
           return rows[0]!.count > 0 && delivered.length > 20 ? true : undefined;

@@ -140,15 +140,24 @@ export async function settleClaims(db: Db, settlements: ClaimSettlement[]): Prom
         AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
       WHERE event.id = ANY (${outcomes.map((outcome) => outcome.eventId)}::bigint[]) AND event.id = outcome.id
         AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
+    ), settlement AS (
+      SELECT * FROM jsonb_to_recordset(${JSON.stringify(claims)}::jsonb)
+        AS settlement(sender_id text, subscription_id uuid, keep_claim boolean, next_call_at timestamptz)
+    ), released AS (
+      DELETE FROM webhook.subscription_claims claim
+      USING settlement
+      WHERE claim.subscription_id = ANY (${subscriptionIds}::uuid[]) AND claim.subscription_id = settlement.subscription_id
+        AND claim.claimed_by = settlement.sender_id AND NOT settlement.keep_claim
     )
+    -- Only a throttled subscription's stream row is written (a settlement of every claim wrote it twice:
+    -- migration 0036 says why no more).
     UPDATE webhook.subscription_streams stream
-    SET claimed_by = CASE WHEN claim.keep_claim THEN stream.claimed_by END,
-        claimed_at = CASE WHEN claim.keep_claim THEN stream.claimed_at END,
-        next_call_at = coalesce(claim.next_call_at, stream.next_call_at)
-    FROM jsonb_to_recordset(${JSON.stringify(claims)}::jsonb) AS claim(sender_id text, subscription_id uuid, keep_claim boolean, next_call_at timestamptz)
-    WHERE stream.subscription_id = ANY (${subscriptionIds}::uuid[]) AND stream.subscription_id = claim.subscription_id
-      AND stream.claimed_by = claim.sender_id
-      AND (NOT claim.keep_claim OR claim.next_call_at IS NOT NULL)`.execute(db);
+    SET next_call_at = settlement.next_call_at
+    FROM settlement
+    WHERE stream.subscription_id = ANY (${subscriptionIds}::uuid[]) AND stream.subscription_id = settlement.subscription_id
+      AND settlement.next_call_at IS NOT NULL
+      AND EXISTS (SELECT FROM webhook.subscription_claims claim
+                   WHERE claim.subscription_id = settlement.subscription_id AND claim.claimed_by = settlement.sender_id)`.execute(db);
 }
 
 /** When a throttled subscription's next call may start, as the sender before left it (webhook.subscription_streams.next_call_at). */
@@ -164,7 +173,7 @@ export async function nextCallAt(db: Db, subscriptionId: string): Promise<Date |
  */
 export async function releaseStrandedClaims(db: Db, senderId: string, working: string[]): Promise<number> {
   const { numAffectedRows } = await sql`
-    UPDATE webhook.subscription_streams SET claimed_by = NULL, claimed_at = NULL
+    DELETE FROM webhook.subscription_claims
     WHERE claimed_by = ${senderId} AND claimed_at < now() - interval '10 seconds'
       AND NOT (subscription_id = ANY (${working}::uuid[]))`.execute(db);
   return Number(numAffectedRows ?? 0n);

@@ -38,7 +38,7 @@ const pendingEventsMovedAtMost = 1_000;
 const gracefulStopMs = 5_000;
 
 export type EventSender = {
-  /** What its claims hold in webhook.subscription_streams.claimed_by (registered in webhook.worker_pools). */
+  /** What its claims hold in webhook.subscription_claims.claimed_by (registered in webhook.worker_pools). */
   id: string;
   /** The subscriptions it is sending now. */
   working(): string[];

@@ -76,7 +76,10 @@ async function settledEvents(): Promise<{ subscription_id: string; status: strin
 }
 
 async function streams(): Promise<Map<string, { claimed_by: string | null; next_call_at: Date | null }>> {
-  const { rows } = await database.pool.query(`SELECT subscription_id, claimed_by, next_call_at FROM webhook.subscription_streams`);
+  const { rows } = await database.pool.query(
+    `SELECT stream.subscription_id, claim.claimed_by, stream.next_call_at
+     FROM webhook.subscription_streams stream LEFT JOIN webhook.subscription_claims claim ON claim.subscription_id = stream.subscription_id`,
+  );
   return new Map(rows.map((row) => [row.subscription_id, { claimed_by: row.claimed_by, next_call_at: row.next_call_at }]));
 }
 
@@ -85,7 +88,7 @@ describe('SettleBatches', () => {
     const claims = await claimedSubscriptions(10);
     // One of them was taken for dead from sender-a and is sender-b's now.
     const takenOver = claims[9]!.subscriptionId;
-    await database.pool.query(`UPDATE webhook.subscription_streams SET claimed_by = 'sender-b' WHERE subscription_id = $1`, [takenOver]);
+    await database.pool.query(`UPDATE webhook.subscription_claims SET claimed_by = 'sender-b' WHERE subscription_id = $1`, [takenOver]);
 
     const batches = new SettleBatches(database.db);
     await Promise.all(claims.map((claim) => batches.settle(delivered(claim))));
@@ -134,10 +137,10 @@ describe('SettleBatches', () => {
 
   it('waits at most a second for a row locked elsewhere, then writes the others without waiting for it', async () => {
     const [first, blocked, free] = await claimedSubscriptions(3);
-    // An operator's transaction holds the stream of one of them.
+    // An operator's transaction holds the claim of one of them.
     const operator = await database.pool.connect();
     await operator.query('BEGIN');
-    await operator.query('SELECT FROM webhook.subscription_streams WHERE subscription_id = $1 FOR UPDATE', [blocked!.subscriptionId]);
+    await operator.query('SELECT FROM webhook.subscription_claims WHERE subscription_id = $1 FOR UPDATE', [blocked!.subscriptionId]);
     const batches = new SettleBatches(database.db);
     const written: string[] = [];
     // The first alone, the two others in the next statement, which meets the lock.
