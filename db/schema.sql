@@ -933,8 +933,10 @@ AS $function$
 BEGIN
   IF TG_OP = 'TRUNCATE' THEN
     UPDATE webhook.subscription_streams stream
-    SET last_event_number = webhook.last_event_number(stream.subscription_id)
-    WHERE webhook.last_event_number(stream.subscription_id) > stream.last_event_number;
+    SET last_event_number = numbered.last_given
+    FROM (SELECT s.subscription_id, webhook.last_event_number(s.subscription_id) AS last_given
+          FROM webhook.subscription_streams s) numbered
+    WHERE stream.subscription_id = numbered.subscription_id AND numbered.last_given > stream.last_event_number;
   ELSE
     UPDATE webhook.subscription_streams stream
     SET last_event_number = removed.highest
