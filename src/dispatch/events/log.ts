@@ -5,7 +5,8 @@ import type { VersionEvent } from '../../db/jobs.ts';
 
 /**
  * The subscription event log's contract (webhook.subscription_events and
- * webhook.subscription_streams, migration 0018; the SQL in db/functions/):
+ * webhook.subscription_streams, migration 0018; the claims,
+ * webhook.subscription_claims, migration 0036; the SQL in db/functions/):
  * what the notification trigger writes, how a worker claims (the calls and
  * the claim's shape: src/db/sql/claim-subscription-events.ts), and how it
  * records what became of each event and releases its claim.
