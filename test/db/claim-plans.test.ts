@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../support/database.ts';
 
-// The claim's functions read the log by key whatever its statistics: a PL/pgSQL generic plan made while the log was
+// The claim's and the settlement's functions read the log by key whatever its statistics: a PL/pgSQL generic plan made while the log was
 // small (a new deployment) is kept for the connection's life until the table is analyzed, and one that scanned the
 // log whole made every later claim read every event (db/functions/webhook.prepare_claimed_events.sql).
 
@@ -21,7 +21,7 @@ const appointments = (from: number, count: number) =>
   );
 
 describe("a sender's connection", () => {
-  it('claims by key after the log has grown, with the plans it made when the log was small and never analyzed', { timeout: 60_000 }, async () => {
+  it('claims and settles by key after the log has grown, with the plans it made when the log was small and never analyzed', { timeout: 60_000 }, async () => {
     const subscriptions = await Promise.all(
       Array.from({ length: 4 }, (_, n) => storeClassicSubscription(database.pool, `Appointment?status=booked&_id:not=x${n}`)),
     );
@@ -29,15 +29,17 @@ describe("a sender's connection", () => {
     await sender.connect();
     try {
       const claimAndSettle = async () => {
-        const { rows } = await sender.query<{ event_id: string }>(
-          `SELECT claimed.event_id FROM webhook.subscriptions_to_claim('sender-a') scanned
+        const { rows } = await sender.query<{ subscription_id: string; event_id: string }>(
+          `SELECT claimed.subscription_id, claimed.event_id FROM webhook.subscriptions_to_claim('sender-a') scanned
            CROSS JOIN LATERAL webhook.claim_events_of_subscriptions('sender-a', scanned.candidates, 4, 100, 1000000000) claimed`,
         );
-        await sender.query(
-          `WITH settled AS (UPDATE webhook.subscription_events SET status = 'delivered', settled_at = now() WHERE id = ANY ($1::bigint[]))
-           DELETE FROM webhook.subscription_claims WHERE claimed_by = 'sender-a'`,
-          [rows.map((row) => row.event_id)],
-        );
+        const claimed = [...new Set(rows.map((row) => row.subscription_id))];
+        await sender.query(`SELECT webhook.settle_claims($1, $2, '[]')`, [
+          JSON.stringify(
+            claimed.map((id) => ({ sender_id: 'sender-a', subscription_id: id, keep_claim: false, next_call_at: null, reset_failure_count: true })),
+          ),
+          JSON.stringify(rows.map((row) => ({ id: row.event_id, status: 'delivered', attempts: 1, not_before: null }))),
+        ]);
         return rows.length;
       };
       // A new deployment's first claims: a small log, plans cached (PL/pgSQL turns to a generic plan after five).

@@ -100,14 +100,13 @@ export async function settleClaim(
 
 /**
  * Records the calls and outcomes of claims of different subscriptions and
- * releases each claim (unless it is kept) in one statement, as
- * graphile-worker completes a batch of jobs in one: a sender whose
- * deliveries end together settles them in one round trip
- * (src/dispatch/events/delivery/settle-batches.ts). Each claim is released
- * only where its sender still holds it. At most one settlement per
- * subscription: an UPDATE applies one joined row per target row, so a
- * second one would be lost. An event abandoned meanwhile (its subscription
- * left `active`) stays so unless it was delivered or failed.
+ * releases each claim (unless it is kept) in one call of
+ * webhook.settle_claims, as graphile-worker completes a batch of jobs in
+ * one statement: a sender whose deliveries end together settles them in one
+ * round trip (src/dispatch/events/delivery/settle-batches.ts). Each claim is
+ * released only where its sender still holds it. At most one settlement per
+ * subscription. An event abandoned meanwhile (its subscription left
+ * `active`) stays so unless it was delivered or failed.
  */
 export async function settleClaims(db: Db, settlements: ClaimSettlement[]): Promise<void> {
   const subscriptionIds = settlements.map((settlement) => settlement.subscriptionId);
@@ -117,48 +116,13 @@ export async function settleClaims(db: Db, settlements: ClaimSettlement[]): Prom
     subscription_id: settlement.subscriptionId,
     keep_claim: settlement.keepClaim ?? false,
     next_call_at: settlement.nextCallAt ?? null,
+    reset_failure_count: settlement.resetFailureCount,
   }));
-  const resets = settlements.filter((settlement) => settlement.resetFailureCount).map((settlement) => settlement.subscriptionId);
-  const outcomes = settlements.flatMap((settlement) => settlement.outcomes);
+  const outcomes = settlements.flatMap((settlement) =>
+    settlement.outcomes.map((outcome) => ({ id: outcome.eventId, status: outcome.status, attempts: outcome.attempts, not_before: outcome.notBefore })),
+  );
   const attempts = settlements.flatMap((settlement) => settlement.attempts);
-  // Every table is reached by key through an array of ids: a join with jsonb_to_recordset's rows
-  // alone was planned as a scan of the whole table (the log: days of events).
-  await sql`
-    WITH reset AS (
-      UPDATE webhook.subscriptions SET failure_count = 0, deactivations_in_a_row = 0, reactivation_not_before = NULL
-      WHERE id = ANY (${resets}::uuid[]) AND (failure_count > 0 OR deactivations_in_a_row > 0)
-    ), called AS (
-      INSERT INTO webhook.delivery_attempts
-        (subscription_id, kind, resource_type, resource_id, version_id, event_number, attempt, started_at, duration_ms, http_status, outcome, error, response_excerpt)
-      SELECT * FROM jsonb_to_recordset(${JSON.stringify(attempts)}::jsonb) AS attempt
-        (subscription_id uuid, kind text, resource_type text, resource_id text, version_id integer, event_number bigint, attempt integer,
-         started_at timestamptz, duration_ms integer, http_status integer, outcome text, error text, response_excerpt text)
-    ), settled AS (
-      UPDATE webhook.subscription_events event
-      SET status = outcome.status, attempts = outcome.attempts, not_before = outcome.not_before,
-          settled_at = CASE WHEN outcome.status = 'pending' THEN NULL ELSE now() END
-      FROM jsonb_to_recordset(${JSON.stringify(outcomes.map((outcome) => ({ id: outcome.eventId, status: outcome.status, attempts: outcome.attempts, not_before: outcome.notBefore })))}::jsonb)
-        AS outcome(id bigint, status text, attempts integer, not_before timestamptz)
-      WHERE event.id = ANY (${outcomes.map((outcome) => outcome.eventId)}::bigint[]) AND event.id = outcome.id
-        AND (event.status = 'pending' OR outcome.status IN ('delivered', 'failed'))
-    ), settlement AS (
-      SELECT * FROM jsonb_to_recordset(${JSON.stringify(claims)}::jsonb)
-        AS settlement(sender_id text, subscription_id uuid, keep_claim boolean, next_call_at timestamptz)
-    ), released AS (
-      DELETE FROM webhook.subscription_claims claim
-      USING settlement
-      WHERE claim.subscription_id = ANY (${subscriptionIds}::uuid[]) AND claim.subscription_id = settlement.subscription_id
-        AND claim.claimed_by = settlement.sender_id AND NOT settlement.keep_claim
-    )
-    -- Only a throttled subscription's stream row is written (a settlement of every claim wrote it twice:
-    -- migration 0036 says why no more).
-    UPDATE webhook.subscription_streams stream
-    SET next_call_at = settlement.next_call_at
-    FROM settlement
-    WHERE stream.subscription_id = ANY (${subscriptionIds}::uuid[]) AND stream.subscription_id = settlement.subscription_id
-      AND settlement.next_call_at IS NOT NULL
-      AND EXISTS (SELECT FROM webhook.subscription_claims claim
-                   WHERE claim.subscription_id = settlement.subscription_id AND claim.claimed_by = settlement.sender_id)`.execute(db);
+  await sql`SELECT webhook.settle_claims(${JSON.stringify(claims)}::jsonb, ${JSON.stringify(outcomes)}::jsonb, ${JSON.stringify(attempts)}::jsonb)`.execute(db);
 }
 
 /** When a throttled subscription's next call may start, as the sender before left it (webhook.subscription_streams.next_call_at). */
