@@ -4,7 +4,7 @@
 const layers = [
   ['config', 'fhir'],
   ['db'],
-  ['auth', 'search'],
+  ['auth', 'search', 'fhirpath'],
   ['topics', 'metrics', 'loading'],
   ['channels'],
   ['subscriptions'],

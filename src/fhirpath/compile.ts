@@ -1,0 +1,353 @@
+import { booleanType, childType, describe, integerType, typeNamed, type ItemType } from './model.ts';
+import { FhirPathRefused, parseFhirPath, type Expression } from './parse.ts';
+
+/**
+ * A FHIRPath criteria (a topic's fhirPathCriteria) compiled to one SQL
+ * expression over two jsonb values, `previous` and `current`: the version
+ * before the write and the version written, NULL where there is none (a
+ * create's previous, a delete's current). It is true exactly where
+ * FHIRPath's result is a single `true`; an empty or false result, and an
+ * evaluation error, are false. Never approximate: what the compiler cannot
+ * translate exactly, it refuses (FhirPathRefused, naming the construct and
+ * where it is).
+ *
+ * Each sub-expression is a jsonb array (a FHIRPath collection, its items as
+ * they are in the resource's JSON), or SQL NULL for an evaluation error, which
+ * the functions of db/functions/fhirpath.*.sql pass on. The R4 model
+ * (./model.ts) types each one, so that an operator is only ever given
+ * items it compares as FHIRPath does.
+ */
+export function compileFhirPathCriteria(expression: string, resourceType: string): string {
+  const tree = parseFhirPath(expression);
+  const context = resource('current', resourceType);
+  const result = compile(tree, { resourceType, context, depth: 0 });
+  requireBoolean(result, tree, 'the expression');
+  return `coalesce((${result.sql}) = '[true]'::jsonb, false)`;
+}
+
+type Compiled = {
+  sql: string;
+  type: ItemType;
+  /** A choice element not yet narrowed: the collection it was read from and its name, for ofType(). */
+  choice?: { inputSql: string; name: string };
+};
+
+/** What `$this` and a bare name refer to: the resource at the top, each item inside where(), all() and exists(). */
+type Scope = { resourceType: string; context: Compiled; depth: number };
+
+function compile(expression: Expression, scope: Scope): Compiled {
+  switch (expression.kind) {
+    case 'literal':
+      return literal(expression);
+    case 'variable':
+      if (expression.name === 'current' || expression.name === 'previous') return resource(expression.name, scope.resourceType);
+      throw new FhirPathRefused(`%${expression.name}`, expression.at, 'only %current and %previous are defined in a topic criteria');
+    case 'this':
+      return scope.context;
+    case 'member':
+      return member(expression, scope);
+    case 'call':
+      return call(expression, scope);
+    case 'operator':
+      return operator(expression, scope);
+    case 'type-operator':
+      throw new FhirPathRefused(`the operator ${expression.operator}`, expression.at, 'not supported yet');
+  }
+}
+
+function resource(version: 'current' | 'previous', resourceType: string): Compiled {
+  return { sql: `(CASE WHEN ${version} IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(${version}) END)`, type: { kind: 'element', path: resourceType } };
+}
+
+/** A SQL string literal of any text (standard_conforming_strings, PostgreSQL's default since 9.1: a backslash is itself). */
+function sqlText(text: string): string {
+  return `'${text.replaceAll("'", "''")}'`;
+}
+
+function jsonb(value: unknown): string {
+  return `${sqlText(JSON.stringify(value))}::jsonb`;
+}
+
+function literal(expression: Expression & { kind: 'literal' }): Compiled {
+  switch (expression.type) {
+    case 'Empty':
+      return { sql: `'[]'::jsonb`, type: { kind: 'nothing' } };
+    case 'Boolean':
+      return { sql: jsonb([expression.value]), type: booleanType };
+    case 'String':
+      return { sql: jsonb([expression.value]), type: { kind: 'primitive', name: 'String', fhirType: 'string' } };
+    case 'Integer':
+      return { sql: `'[${String(expression.value)}]'::jsonb`, type: integerType };
+    case 'Decimal':
+      return { sql: `'[${String(expression.value)}]'::jsonb`, type: { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' } };
+  }
+}
+
+/** The items of `input` (or the scope's) named `name`, flattened: FHIRPath's path navigation. */
+function member(expression: Expression & { kind: 'member' }, scope: Scope): Compiled {
+  const input = expression.input === null ? scope.context : compile(expression.input, scope);
+  // A path may start with the resource's type (`Encounter.status`): the resource itself.
+  if (expression.input === null && /^[A-Z]/.test(expression.name) && scope.depth === 0) {
+    if (expression.name === scope.resourceType) return input;
+    throw new FhirPathRefused(expression.name, expression.at, `the trigger is on ${scope.resourceType}: a path from ${expression.name} is always empty`);
+  }
+  if (input.type.kind !== 'element') {
+    throw new FhirPathRefused(
+      `.${expression.name}`,
+      expression.at,
+      `${describe(input.type)} has no elements${input.type.kind === 'choice' ? ': narrow it with ofType() first' : ''}`,
+    );
+  }
+  const type = childType(input.type, expression.name);
+  if (type === undefined) throw new FhirPathRefused(`.${expression.name}`, expression.at, `R4 ${input.type.path} has no element '${expression.name}'`);
+  if ('unsupported' in type) throw new FhirPathRefused(`.${expression.name}`, expression.at, type.unsupported);
+  if (type.kind === 'choice') {
+    const keys = type.types.map((name) => `@.key == "${expression.name}${capitalised(name)}"`).join(' || ');
+    return {
+      sql: `jsonb_path_query_array(${input.sql}, ${sqlText(`$[*].keyvalue() ? (${keys}).value[*] ? (@ != null)`)})`,
+      type,
+      choice: { inputSql: input.sql, name: expression.name },
+    };
+  }
+  return { sql: navigate(input.sql, expression.name), type };
+}
+
+function navigate(inputSql: string, jsonName: string): string {
+  return `jsonb_path_query_array(${inputSql}, ${sqlText(`$[*]."${jsonName}"[*] ? (@ != null)`)})`;
+}
+
+function capitalised(name: string): string {
+  return name.charAt(0).toUpperCase() + name.slice(1);
+}
+
+function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled {
+  const { name, args, at } = expression;
+  const input = () => (expression.input === null ? scope.context : compile(expression.input, scope));
+  const arity = (count: number, optional = 0) => {
+    if (args.length < count || args.length > count + optional) {
+      throw new FhirPathRefused(
+        `${name}()`,
+        at,
+        `takes ${optional === 0 ? count : `${count} to ${count + optional}`} argument${count + optional === 1 ? '' : 's'}`,
+      );
+    }
+  };
+  switch (name) {
+    case 'exists':
+      arity(0, 1);
+      return { sql: `fhirpath.exists(${args.length === 0 ? input().sql : where(input(), args[0]!, scope).sql})`, type: booleanType };
+    case 'empty':
+      arity(0);
+      return { sql: `fhirpath.empty(${input().sql})`, type: booleanType };
+    case 'count':
+      arity(0);
+      return { sql: `fhirpath.count(${input().sql})`, type: integerType };
+    case 'first':
+    case 'last': {
+      arity(0);
+      const collection = input();
+      return { sql: `fhirpath.${name}(${collection.sql})`, type: collection.type };
+    }
+    case 'not': {
+      arity(0);
+      const operand = input();
+      requireBoolean(operand, expression, 'not()');
+      return { sql: `fhirpath.logical_not(${operand.sql})`, type: booleanType };
+    }
+    case 'where':
+      arity(1);
+      return where(input(), args[0]!, scope);
+    case 'all':
+      arity(1);
+      return all(input(), args[0]!, scope);
+    case 'iif': {
+      arity(2, 1);
+      if (expression.input !== null) throw new FhirPathRefused('iif()', at, 'supported only at the start of an expression, not after a path');
+      const criterion = compile(args[0]!, scope);
+      requireBoolean(criterion, args[0]!, "iif()'s criterion");
+      const ifTrue = compile(args[1]!, scope);
+      const otherwise = args[2] === undefined ? { sql: `'[]'::jsonb`, type: { kind: 'nothing' } as ItemType } : compile(args[2], scope);
+      return { sql: `fhirpath.iif(${criterion.sql}, ${ifTrue.sql}, ${otherwise.sql})`, type: common(ifTrue, otherwise, expression) };
+    }
+    case 'startsWith':
+    case 'endsWith':
+    case 'contains': {
+      arity(1);
+      const text = input();
+      const argument = compile(args[0]!, scope);
+      requireString(text, expression, `${name}()'s input`);
+      requireString(argument, args[0]!, `${name}()'s argument`);
+      return { sql: `fhirpath.string_test(${text.sql}, ${argument.sql}, '${name}')`, type: booleanType };
+    }
+    case 'extension': {
+      arity(1);
+      const url = args[0]!;
+      if (url.kind !== 'literal' || url.type !== 'String') throw new FhirPathRefused('extension()', at, 'takes the extension URL as a string literal');
+      const owner = input();
+      if (owner.type.kind !== 'element') throw new FhirPathRefused('extension()', at, `${describe(owner.type)} has no extensions the compiler reads`);
+      return {
+        sql: `jsonb_path_query_array(${owner.sql}, '$[*].extension[*] ? (@.url == $url)', ${jsonb({ url: url.value })})`,
+        type: { kind: 'element', path: 'Extension' },
+      };
+    }
+    case 'ofType':
+      arity(1);
+      return ofType(input(), args[0]!, expression);
+    default:
+      throw new FhirPathRefused(`${name}()`, at, 'not supported');
+  }
+}
+
+/** The items of `input` for which `criteria` (with `$this` each item) is true; an error for any item is the result's. */
+function where(input: Compiled, criteria: Expression, scope: Scope): Compiled {
+  const { from, failed, depth } = perItem(input, criteria, scope);
+  return {
+    sql: `(SELECT CASE WHEN ${failed} THEN NULL
+       ELSE coalesce(jsonb_agg(tested${depth}.item ORDER BY tested${depth}.place) FILTER (WHERE tested${depth}.keep = '[true]'), '[]') END
+     ${from})`,
+    type: input.type,
+  };
+}
+
+/** Whether `criteria` is true for every item of `input` (true when there is none). */
+function all(input: Compiled, criteria: Expression, scope: Scope): Compiled {
+  const { from, failed, depth } = perItem(input, criteria, scope);
+  return {
+    sql: `(SELECT CASE WHEN ${failed} THEN NULL
+       ELSE jsonb_build_array(coalesce(bool_and(tested${depth}.keep = '[true]'), true)) END
+     ${from})`,
+    type: booleanType,
+  };
+}
+
+/**
+ * The FROM of where() and all(): each item of `input` with its place and the
+ * criteria's result for it; and `failed`, the aggregate that says the input or
+ * the criteria for an item was an error, or the criteria gave more than one item.
+ */
+function perItem(input: Compiled, criteria: Expression, scope: Scope) {
+  const depth = scope.depth + 1;
+  const item: Compiled = { sql: `jsonb_build_array(items${depth}.item)`, type: input.type };
+  const test = compile(criteria, { resourceType: scope.resourceType, context: item, depth });
+  requireBoolean(test, criteria, 'the criteria');
+  const from = `FROM (SELECT ${input.sql} AS input) source${depth}
+     LEFT JOIN LATERAL (SELECT items${depth}.item, items${depth}.place, ${test.sql} AS keep
+                        FROM jsonb_array_elements(source${depth}.input) WITH ORDINALITY AS items${depth}(item, place)) tested${depth} ON true`;
+  const failed = `bool_or(source${depth}.input IS NULL) OR bool_or(tested${depth}.place IS NOT NULL AND (tested${depth}.keep IS NULL OR jsonb_array_length(tested${depth}.keep) > 1))`;
+  return { from, failed, depth };
+}
+
+function ofType(input: Compiled, typeArgument: Expression, call: Expression): Compiled {
+  const typeName = typeArgument.kind === 'member' && typeArgument.input === null ? typeArgument.name : qualified(typeArgument);
+  const name = typeName?.replace(/^FHIR\./, '');
+  if (name === undefined) throw new FhirPathRefused('ofType()', call.at, 'takes a type name');
+  if (input.choice === undefined || input.type.kind !== 'choice') {
+    throw new FhirPathRefused('ofType()', call.at, 'narrows a choice element (value[x] and the like); nothing else here');
+  }
+  if (!input.type.types.includes(name)) {
+    throw new FhirPathRefused(`ofType(${typeName})`, call.at, `${describe(input.type)} is never a ${name}: its types are ${input.type.types.join(', ')}`);
+  }
+  const type = typeNamed(name, input.type.path);
+  if ('unsupported' in type) throw new FhirPathRefused(`ofType(${typeName})`, call.at, type.unsupported);
+  return { sql: navigate(input.choice.inputSql, `${input.choice.name}${capitalised(name)}`), type };
+}
+
+/** `FHIR.Quantity` as a member path. */
+function qualified(expression: Expression): string | undefined {
+  if (expression.kind !== 'member') return undefined;
+  if (expression.input === null) return expression.name;
+  const head = qualified(expression.input);
+  return head === undefined ? undefined : `${head}.${expression.name}`;
+}
+
+const logical: Record<string, string> = { and: 'logical_and', or: 'logical_or', xor: 'logical_xor', implies: 'logical_implies' };
+
+function operator(expression: Expression & { kind: 'operator' }, scope: Scope): Compiled {
+  const left = compile(expression.left, scope);
+  const right = compile(expression.right, scope);
+  const { operator: symbol } = expression;
+  const logicalFunction = logical[symbol];
+  if (logicalFunction !== undefined) {
+    requireBoolean(left, expression.left, `${symbol}'s left operand`);
+    requireBoolean(right, expression.right, `${symbol}'s right operand`);
+    return { sql: `fhirpath.${logicalFunction}(${left.sql}, ${right.sql})`, type: booleanType };
+  }
+  switch (symbol) {
+    case '=':
+    case '!=': {
+      common(left, right, expression);
+      const equal = `fhirpath.equal(${left.sql}, ${right.sql})`;
+      return { sql: symbol === '=' ? equal : `fhirpath.logical_not(${equal})`, type: booleanType };
+    }
+    case 'in':
+    case 'contains': {
+      common(left, right, expression);
+      const [element, collection] = symbol === 'in' ? [left, right] : [right, left];
+      return { sql: `fhirpath.member_of(${element.sql}, ${collection.sql})`, type: booleanType };
+    }
+    case '|':
+      return { sql: `fhirpath.union(${left.sql}, ${right.sql})`, type: common(left, right, expression) };
+    case '<':
+    case '<=':
+    case '>':
+    case '>=': {
+      const type = common(left, right, expression);
+      if (type.kind !== 'primitive' || (type.name !== 'String' && type.name !== 'Integer' && type.name !== 'Decimal')) {
+        if (type.kind !== 'nothing')
+          throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `compares strings or numbers here, not ${describe(type)}`);
+      }
+      return { sql: `fhirpath.compare(${left.sql}, ${right.sql}, '${symbol}')`, type: booleanType };
+    }
+    default:
+      throw new FhirPathRefused(
+        `the operator ${symbol}`,
+        expression.at,
+        symbol === '~' || symbol === '!~' ? 'equivalence is not supported yet' : 'not supported',
+      );
+  }
+}
+
+const numeric = new Set(['Integer', 'Decimal']);
+
+/**
+ * The type two operands share, for the operators that compare their items
+ * (=, !=, in, contains, |, <…) and iif()'s branches: strings with strings,
+ * numbers with numbers, Booleans with Booleans, elements of one type with
+ * each other. Anything else is refused: FHIRPath would compare such items by
+ * rules this compiler does not translate (dates' precisions, quantities'
+ * units), or the comparison is a type error the R4 model shows.
+ */
+function common(left: Compiled, right: Compiled, expression: Expression): ItemType {
+  for (const side of [left, right]) {
+    if (side.type.kind === 'choice')
+      throw new FhirPathRefused(describe(side.type), expression.at, 'a choice element is compared only once narrowed with ofType()');
+    if (side.type.kind === 'primitive' && ['Date', 'DateTime', 'Time'].includes(side.type.name)) {
+      throw new FhirPathRefused(describe(side.type), expression.at, 'dates and times are not compared yet');
+    }
+    if (side.type.kind === 'element' && side.type.path === 'Quantity') throw new FhirPathRefused('Quantity', expression.at, 'quantities are not compared yet');
+  }
+  if (left.type.kind === 'nothing') return right.type;
+  if (right.type.kind === 'nothing') return left.type;
+  if (left.type.kind === 'primitive' && right.type.kind === 'primitive') {
+    if (left.type.name === right.type.name) return left.type;
+    if (numeric.has(left.type.name) && numeric.has(right.type.name)) return { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' };
+  }
+  if (left.type.kind === 'element' && right.type.kind === 'element' && left.type.path === right.type.path) return left.type;
+  throw new FhirPathRefused(
+    describe(left.type),
+    expression.at,
+    `is compared with ${describe(right.type)}: items of different types, which FHIRPath does not compare as this compiler could`,
+  );
+}
+
+function requireBoolean(compiled: Compiled, expression: Expression, what: string): void {
+  const { type } = compiled;
+  if (type.kind === 'nothing' || (type.kind === 'primitive' && type.name === 'Boolean')) return;
+  throw new FhirPathRefused(what, expression.at, `must be a Boolean, and is ${describe(type)}`);
+}
+
+function requireString(compiled: Compiled, expression: Expression, what: string): void {
+  const { type } = compiled;
+  if (type.kind === 'nothing' || (type.kind === 'primitive' && type.name === 'String')) return;
+  throw new FhirPathRefused(what, expression.at, `must be a String, and is ${describe(type)}`);
+}

@@ -1,0 +1,168 @@
+import fc from 'fast-check';
+import fhirpath from 'fhirpath';
+import r4 from 'fhirpath/fhir-context/r4';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { compileFhirPathCriteria } from '../../src/fhirpath/compile.ts';
+import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+
+// The compiled SQL decides as fhirpath.js (HL7's JavaScript FHIRPath engine, with its R4 model) does, on
+// generated pairs of versions: a criteria fires exactly where the engine's result is a single `true`; an
+// empty or false result, or an error the engine throws, does not fire.
+
+let database: TestDatabase;
+beforeAll(async () => {
+  database = await createTestDatabase();
+});
+afterAll(() => database.drop());
+
+type Version = Record<string, unknown> | null;
+type Pair = { previous: Version; current: Version };
+
+/** fhirpath.js's decision: its result is exactly one `true`. */
+function oracle(expression: string, { previous, current }: Pair): boolean {
+  try {
+    const result = fhirpath.evaluate(current ?? {}, expression, { current: current ?? [], previous: previous ?? [] }, r4) as unknown[];
+    return result.length === 1 && result[0] === true;
+  } catch {
+    return false;
+  }
+}
+
+/** The compiled SQL's decisions for the pairs, in one statement. */
+async function decisions(sql: string, pairs: Pair[]): Promise<boolean[]> {
+  const { rows } = await database.pool.query<{ fires: boolean }>(
+    `SELECT ${sql} AS fires
+     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS pairs(pair, place),
+          LATERAL (SELECT nullif(pair -> 'previous', 'null') AS previous, nullif(pair -> 'current', 'null') AS current) versions
+     ORDER BY place`,
+    [JSON.stringify(pairs)],
+  );
+  return rows.map((row) => row.fires);
+}
+
+const seed = Number(process.env.FHIRPATH_PROPERTY_SEED ?? '20261128');
+
+const code = fc.constantFrom('a', 'b', 'B', 'ab', '');
+const coding = fc.record({ system: fc.constantFrom('http://x', 'http://y'), code }, { requiredKeys: [] });
+const extension = fc.record({ url: fc.constantFrom('http://ext/a', 'http://ext/b'), valueString: code });
+
+const encounter = fc.record(
+  {
+    resourceType: fc.constant('Encounter'),
+    id: fc.constantFrom('e1', 'e2'),
+    status: fc.constantFrom('planned', 'in-progress', 'finished', 'cancelled'),
+    class: coding,
+    type: fc.array(fc.record({ coding: fc.array(coding, { maxLength: 2 }), text: code }, { requiredKeys: [] }), { maxLength: 2 }),
+    priority: fc.record({ coding: fc.array(coding, { maxLength: 2 }) }),
+    extension: fc.array(extension, { maxLength: 3 }),
+    length: fc.record({ value: fc.constantFrom(1, 2.5, 10), unit: fc.constant('min') }),
+  },
+  { requiredKeys: ['resourceType', 'id', 'status'] },
+);
+
+const value = fc.oneof(
+  fc.record({ valueString: code }),
+  fc.record({ valueBoolean: fc.boolean() }),
+  fc.record({ valueInteger: fc.integer({ min: -3, max: 3 }) }),
+  fc.constant({}),
+);
+
+const observation = fc
+  .tuple(
+    fc.record(
+      {
+        resourceType: fc.constant('Observation'),
+        id: fc.constant('o1'),
+        status: fc.constantFrom('registered', 'preliminary', 'final', 'amended'),
+        code: fc.record({ coding: fc.array(coding, { maxLength: 3 }) }),
+        component: fc.array(fc.record({ code: fc.record({ coding: fc.array(coding, { maxLength: 2 }) }), valueInteger: fc.integer({ min: 0, max: 3 }) }), {
+          maxLength: 3,
+        }),
+      },
+      { requiredKeys: ['resourceType', 'id', 'status', 'code'] },
+    ),
+    value,
+  )
+  // One value[x] at most, as FHIR allows.
+  .map(([resource, valueOfIt]) => ({ ...resource, ...valueOfIt }));
+
+const pairs = (resource: fc.Arbitrary<Record<string, unknown>>) =>
+  fc
+    .record({ previous: fc.option(resource, { nil: null }), current: fc.option(resource, { nil: null }) })
+    .filter((pair) => pair.previous !== null || pair.current !== null);
+
+const encounterCriteria = [
+  "%current.status = 'finished' and %previous.status != 'finished'",
+  "%current.status = 'finished' and (%previous.empty() or %previous.status != 'finished')",
+  "%previous.status = 'planned' and %current.status = 'in-progress'",
+  '%current.status != %previous.status',
+  "%current.status in ('finished' | 'cancelled')",
+  "('finished' | 'cancelled') contains %current.status",
+  "%current.type.coding.where(system = 'http://x').exists()",
+  "%current.type.coding.where(system = 'http://x' and code = 'a').exists() and %previous.type.coding.where(system = 'http://x' and code = 'a').empty()",
+  '%current.type.coding.code = %previous.type.coding.code',
+  '%current.type.coding.count() > %previous.type.coding.count()',
+  '%current.type.coding.count() >= 2',
+  "%current.type.text.first() = 'a'",
+  "%current.type.text.last().startsWith('a')",
+  '%current.type.all(coding.exists())',
+  "%current.type.exists(text = 'ab')",
+  "%current.class.code.startsWith('a') xor %previous.class.code.startsWith('a')",
+  "%current.class.code.endsWith('b') implies %current.status = 'finished'",
+  "%current.class.code.contains('b')",
+  '%current.class = %previous.class',
+  '%current.priority.coding = %previous.priority.coding',
+  "%current.extension('http://ext/a').exists()",
+  "%current.extension('http://ext/a').value.ofType(string) = 'a'",
+  "%current.extension('http://ext/a').value.ofType(string).first() != %previous.extension('http://ext/a').value.ofType(string).first()",
+  '%current.length.value > 2',
+  '%current.length.value = 2.5',
+  "iif(%previous.exists(), %previous.status = 'planned', true) and %current.status = 'in-progress'",
+  "iif(%current.type.coding.exists(), %current.type.coding.code.first() = 'a')",
+  "Encounter.status = 'finished'",
+  "status = 'finished' and id = 'e1'",
+  "%current.type.coding.code.where($this = 'a' or $this = 'b').count() = 2",
+  '(%current.type.text | %previous.type.text).count() = 1',
+  "%current.type.text.startsWith('a')",
+  '%current.extension.exists().not()',
+  "%current.type.coding.where(code > 'a').exists()",
+  "({} = %current.status).empty() and %current.status = 'finished'",
+  "%current.id = 'e2' or {}",
+];
+
+const observationCriteria = [
+  "%current.value.ofType(string) = 'a'",
+  '%current.value.ofType(boolean)',
+  '%current.value.ofType(boolean) and %previous.value.ofType(boolean).not()',
+  '%current.value.ofType(integer) > %previous.value.ofType(integer)',
+  '%current.value.ofType(integer) <= 0',
+  '%current.value.exists() and %previous.value.empty()',
+  "%current.code.coding.where(system = 'http://y').code contains 'B'",
+  "%current.component.where(code.coding.code = 'a').value.ofType(integer).first() = 2",
+  "%current.component.where(code.coding.exists(code = 'a')).exists()",
+  '%current.component.value.ofType(integer).count() != %previous.component.value.ofType(integer).count()',
+  "%current.status in ('final' | 'amended') and %previous.status = 'preliminary'",
+  "%current.code.coding.code = 'a'",
+  '%current.value.count() = 1',
+];
+
+describe('compiled FHIRPath criteria', () => {
+  for (const [resourceType, criteria, resource] of [
+    ['Encounter', encounterCriteria, encounter],
+    ['Observation', observationCriteria, observation],
+  ] as const) {
+    for (const expression of criteria) {
+      it(`decide as fhirpath.js: ${resourceType} ${expression}`, async () => {
+        const sql = compileFhirPathCriteria(expression, resourceType);
+        const generated = fc.sample(pairs(resource), { numRuns: 1000, seed });
+        const answers = await decisions(sql, generated);
+        const disagreements = generated
+          .map((pair, index) => ({ pair, sql: answers[index], fhirpath: oracle(expression, pair) }))
+          .filter((result) => result.sql !== result.fhirpath);
+        expect(disagreements.slice(0, 3), `seed ${seed}`).toEqual([]);
+        // Each criteria is decided both ways over the generated pairs: a test that could only ever pass is none.
+        expect(new Set(answers).size, `both decisions among 1,000 pairs (seed ${seed})`).toBe(2);
+      });
+    }
+  }
+});
