@@ -1,5 +1,7 @@
 import { isResourceType } from '../fhir/definitions.ts';
 import { badRequest, FhirError } from '../fhir/outcome.ts';
+import { compileFhirPathCriteria } from '../fhirpath/compile.ts';
+import { FhirPathRefused } from '../fhirpath/parse.ts';
 import { compileCriteria, type StoredInclude } from '../search/criteria.ts';
 import { compileFilters } from '../search/jsonpath.ts';
 import { isSupported, searchParametersOf } from '../search/parameters.ts';
@@ -26,6 +28,8 @@ export type TestResult = 'test-passes' | 'test-fails';
  * given must pass, else one passing is enough; a trigger without tests fires
  * on every such write. A test is a jsonpath predicate (jsonb_path_match), or
  * null when the criteria has no filter (every resource of the type passes).
+ * A FHIRPath criteria must be true as well, as R5 combines the two: `sql` is
+ * its compiled form over `previous` and `current`.
  */
 export type TopicTrigger = {
   resourceType: string;
@@ -35,6 +39,7 @@ export type TopicTrigger = {
   resultForCreate: TestResult | null;
   resultForDelete: TestResult | null;
   requireBoth: boolean;
+  fhirPath: { expression: string; sql: string } | null;
 };
 
 /** A filter a subscription may set on the topic (`Encounter?patient=…` in its filter-criteria). */
@@ -80,7 +85,17 @@ function compileTrigger(trigger: SubscriptionTopic['resourceTrigger'][number], e
     resultForCreate: query.resultForCreate ?? null,
     resultForDelete: query.resultForDelete ?? null,
     requireBoth: query.requireBoth ?? false,
+    fhirPath: trigger.fhirPathCriteria === undefined ? null : compileFhirPath(trigger.fhirPathCriteria, resourceType, `${element}.fhirPathCriteria`),
   };
+}
+
+function compileFhirPath(expression: string, resourceType: string, element: string): { expression: string; sql: string } {
+  try {
+    return { expression, sql: compileFhirPathCriteria(expression, resourceType) };
+  } catch (error) {
+    if (error instanceof FhirPathRefused) throw new TopicRefused(element, error.message);
+    throw error;
+  }
 }
 
 /** A query criteria (`status:not=finished`) compiled for one resource, as a classic criteria's filters are. */

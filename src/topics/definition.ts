@@ -25,7 +25,7 @@ const resourceTrigger = z.object({
   resource: z.string().min(1),
   supportedInteraction: z.array(interaction).min(1).optional(),
   queryCriteria: queryCriteria.optional(),
-  fhirPathCriteria: z.string().optional(),
+  fhirPathCriteria: criteria.optional(),
 });
 
 const canFilterBy = z.object({
@@ -88,14 +88,6 @@ export function parseSubscriptionTopic(json: unknown): SubscriptionTopic {
   }
   if (topic.eventTrigger !== undefined && topic.eventTrigger.length > 0) {
     throw new TopicRefused('SubscriptionTopic.eventTrigger', 'event triggers (messages and operations) are not supported: only resourceTrigger');
-  }
-  for (const [index, trigger] of topic.resourceTrigger.entries()) {
-    if (trigger.fhirPathCriteria !== undefined) {
-      throw new TopicRefused(
-        `SubscriptionTopic.resourceTrigger[${index}].fhirPathCriteria`,
-        'FHIRPath criteria are not evaluated: the service matches in SQL in the writing transaction; say the same with queryCriteria',
-      );
-    }
   }
   for (const [index, filter] of (topic.canFilterBy ?? []).entries()) {
     if (filter.filterDefinition !== undefined) {

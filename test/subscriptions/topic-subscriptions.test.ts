@@ -519,6 +519,8 @@ describe('$status, $events and discovery', () => {
     expect(topics.map((item: Json) => item.valueCanonical)).not.toContain(`${topicUrl}|retiring`);
     expect(subscription.supportedProfile).toEqual([`${ig}/backport-subscription`]);
     expect(subscription.operation.map((operation: Json) => operation.name)).toEqual(expect.arrayContaining(['status', 'events', 'get-ws-binding-token']));
+    // What a topic's trigger may say: R4 has no element for it, so the entry's documentation does.
+    expect(subscription.documentation).toContain('fhirPathCriteria is compiled to SQL for this FHIRPath subset');
 
     // R4 has no SubscriptionTopic: each is the IG's Basic, its version and status in extensions (test/topics/topics.test.ts has the whole shape).
     const search = (await t.fhir('GET', `/SubscriptionTopic?url=${encodeURIComponent(topicUrl)}`)).json<Json>();

@@ -76,6 +76,7 @@ describe('a SubscriptionTopic', () => {
         resultForCreate: 'test-passes',
         resultForDelete: null,
         requireBoth: true,
+        fhirPath: null,
       },
     ]);
     expect(compiled.filters).toEqual([{ resourceType: 'Encounter', parameter: 'patient', comparators: null, modifiers: null }]);
@@ -123,8 +124,8 @@ describe('a SubscriptionTopic', () => {
     ['SubscriptionTopic.resourceTrigger: ', { resourceTrigger: [] }],
     ['SubscriptionTopic.eventTrigger: event triggers (messages and operations) are not supported', { eventTrigger: [{ event: { text: 'admit' } }] }],
     [
-      'SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: FHIRPath criteria are not evaluated',
-      trigger({ fhirPathCriteria: "%current.status = 'finished'" }),
+      'SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: at line 1, column 18: resolve(): not supported',
+      trigger({ fhirPathCriteria: '%current.subject.resolve().exists()' }),
     ],
     ["SubscriptionTopic.resourceTrigger[0].resource: 'Encountre' is not an R4 resource type", trigger({ resource: 'Encountre' })],
     ['profiles are not supported', trigger({ resource: 'http://example.org/StructureDefinition/my-encounter' })],

@@ -92,11 +92,19 @@ function storedResourceCapabilities(type: string) {
  * are offered. The service's own operations ($resend, $reactivate,
  * $rotate-secret) have canonical URLs under its base: no IG defines them.
  */
+/** What a topic's trigger may say, for a client choosing how to write one (docs/topics.md has the whole of it). */
+const topicTriggerDocumentation =
+  "A topic's resourceTrigger is decided in the writing transaction by its queryCriteria and its fhirPathCriteria (both must hold when both are given). " +
+  'fhirPathCriteria is compiled to SQL for this FHIRPath subset: paths over the R4 model, ofType() on choice elements, extension(url), ' +
+  'where(), all(), exists(), empty(), count(), first(), last(), not(), iif(), and/or/xor/implies, = != in contains | on strings, numbers, Booleans and elements, ' +
+  '< <= > >= on strings and numbers, startsWith(), endsWith(), contains(), with %current and %previous. Any other construct is refused by name when the topic is added.';
+
 function subscriptionCapabilities(serviceBase: string, topics: string[]) {
   return {
     ...(topics.length === 0 ? {} : { extension: topics.map((valueCanonical) => ({ url: backport.topicCanonical, valueCanonical })) }),
     type: 'Subscription',
     supportedProfile: [backport.subscriptionProfile],
+    documentation: topicTriggerDocumentation,
     versioning: 'versioned',
     readHistory: false,
     updateCreate: false,
