@@ -1,9 +1,13 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import fc from 'fast-check';
 import fhirpath from 'fhirpath';
 import r4 from 'fhirpath/fhir-context/r4';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { TopicRefused } from '../../src/topics/definition.ts';
 import { addTopics } from '../../src/topics/store.ts';
+import { childEnvironment, runCommand } from '../support/commands.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
 
 /**
@@ -137,6 +141,48 @@ describe('a topic whose trigger is a FHIRPath criteria', () => {
     await expect(adding).rejects.toThrow(TopicRefused);
     await expect(adding).rejects.toThrow('SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: at line 1, column 51: resolve(): not supported');
   });
+});
+
+describe('npm run cli -- topics add, with a FHIRPath criteria', () => {
+  it(
+    'adds the example FHIRPath topic, which then fires on writes; refuses one outside the subset with exit 2, naming the construct',
+    { timeout: 60_000 },
+    async () => {
+      const cli = (...args: string[]) =>
+        runCommand('npm', ['run', '--silent', 'cli', '--', 'topics', ...args], childEnvironment({ DATABASE_URL: database.url }));
+      const folder = await mkdtemp(path.join(tmpdir(), 'fhirpath-topics-'));
+      const refusedFile = path.join(folder, 'refused.json');
+      await writeFile(
+        refusedFile,
+        JSON.stringify({
+          resourceType: 'SubscriptionTopic',
+          url: 'http://example.org/topics/refused',
+          status: 'active',
+          resourceTrigger: [{ resource: 'Encounter', fhirPathCriteria: "%current.class.memberOf('http://example.org/vs').not()" }],
+        }),
+      );
+      expect(await cli('add', refusedFile)).toEqual({
+        exitCode: 2,
+        output: `Refused ${refusedFile}, nothing added: SubscriptionTopic.resourceTrigger[0].fhirPathCriteria: at line 1, column 16: memberOf(): not supported\n`,
+      });
+      expect(await cli('add', 'examples/topics/encounter-complete-fhirpath.json')).toEqual({
+        exitCode: 0,
+        output: 'Added http://example.org/topics/encounter-complete-fhirpath|1.0.0\n',
+      });
+      const { rows } = await database.pool.query<{ id: string }>(
+        `INSERT INTO webhook.subscriptions (status, criteria, topic_id, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+       SELECT 'active', url, id, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
+       RETURNING id`,
+        ['http://example.org/topics/encounter-complete-fhirpath'],
+      );
+      await write(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, encounter('born-finished', 'finished'), encounter('open', 'in-progress'));
+      await write(`UPDATE fhir.resources SET content = content || '{"status":"finished"}' WHERE id = 'open'`);
+      expect(await events(rows[0]!.id)).toEqual([
+        ['born-finished', 1, false],
+        ['open', 2, false],
+      ]);
+    },
+  );
 });
 
 describe('FHIRPath triggers against fhirpath.js', () => {
