@@ -749,6 +749,12 @@ CREATE OR REPLACE FUNCTION fhirpath.member_of(element jsonb, collection jsonb)
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN (jsonb_array_length(element) > 1) THEN NULL::jsonb WHEN (element = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array((EXISTS (SELECT FROM jsonb_array_elements(member_of.collection) item(value) WHERE (item.value = (member_of.element -> 0))))) END;
 
+CREATE OR REPLACE FUNCTION fhirpath.resource(version jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (version IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array(version) END;
+
 CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, test text)
  RETURNS jsonb
  LANGUAGE sql

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
+import type { TopicTrigger } from '../topics/compile.ts';
 import { describeError } from '../config/logger.ts';
 import { CommandError, withDatabase } from './command.ts';
 import { table } from './text.ts';
@@ -8,7 +9,7 @@ import { table } from './text.ts';
 const topicStore = () =>
   Promise.all([import('../topics/store.ts'), import('../topics/definition.ts')]).then(([store, definition]) => ({ ...store, ...definition }));
 
-/** `topics add | list | retire`. */
+/** `topics add | list | retire | explain`. */
 export function registerTopicsCommands(program: Command): void {
   const topics = program
     .command('topics')
@@ -68,6 +69,40 @@ export function registerTopicsCommands(program: Command): void {
         for (const topic of retired) console.log(`Retired ${topic}`);
       }),
     );
+  topics
+    .command('explain')
+    .description(
+      "show what a topic's triggers compile to: the jsonpath of its queryCriteria and the SQL of its fhirPathCriteria, as the notification trigger evaluates them",
+    )
+    .argument('<canonical>', 'the topic, as topics list shows it')
+    .action((canonical: string) =>
+      withDatabase(async ({ db }) => {
+        const { findTopic, canonicalOf } = await topicStore();
+        const topic = await findTopic(db, canonical);
+        if (topic === undefined) throw new CommandError(`No topic is ${canonical} (topics list shows them).`);
+        console.log(explainTopic(canonicalOf(topic.url, topic.version), topic.compiled.triggers));
+      }),
+    );
+}
+
+/** A topic's triggers as the notification trigger evaluates them, for a DBA to read. */
+function explainTopic(canonical: string, triggers: TopicTrigger[]): string {
+  return triggers
+    .map((trigger, index) => {
+      const lines = [`${canonical} resourceTrigger[${index}]: ${trigger.resourceType}, on ${trigger.interactions.join(', ')}`];
+      for (const name of ['previous', 'current'] as const) {
+        const test = trigger[name];
+        if (test !== null)
+          lines.push(`  queryCriteria.${name}: ${test.criteria}`, `    jsonpath: ${test.match ?? `(none: every ${trigger.resourceType} passes)`}`);
+      }
+      if (trigger.fhirPath !== null) {
+        lines.push(`  fhirPathCriteria: ${trigger.fhirPath.expression}`, '    SQL, over the versions previous and current (NULL where there is none):');
+        lines.push(...trigger.fhirPath.sql.split('\n').map((line) => `      ${line.trim()}`));
+      }
+      if (trigger.previous === null && trigger.current === null && trigger.fhirPath === null) lines.push('  no criteria: fires on every such write');
+      return lines.join('\n');
+    })
+    .join('\n\n');
 }
 
 /** The SubscriptionTopics of a JSON file (one, or a Bundle's entries), each with where it came from for a refusal. */

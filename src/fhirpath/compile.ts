@@ -56,7 +56,7 @@ function compile(expression: Expression, scope: Scope): Compiled {
 }
 
 function resource(version: 'current' | 'previous', resourceType: string): Compiled {
-  return { sql: `(CASE WHEN ${version} IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(${version}) END)`, type: { kind: 'element', path: resourceType } };
+  return { sql: `fhirpath.resource(${version})`, type: { kind: 'element', path: resourceType } };
 }
 
 /** A SQL string literal of any text (standard_conforming_strings, PostgreSQL's default since 9.1: a backslash is itself). */

@@ -45,6 +45,11 @@ async function subscribeToTopic(trigger: Trigger): Promise<string> {
       ],
     },
   ]);
+  return subscribe(url);
+}
+
+/** An active subscription on the topic at `url`, as the API stores one after its handshake; its id. */
+async function subscribe(url: string): Promise<string> {
   const { rows } = await database.pool.query<{ id: string }>(
     `INSERT INTO webhook.subscriptions (status, criteria, topic_id, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
      SELECT 'active', url, id, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
@@ -169,15 +174,20 @@ describe('npm run cli -- topics add, with a FHIRPath criteria', () => {
         exitCode: 0,
         output: 'Added http://example.org/topics/encounter-complete-fhirpath|1.0.0\n',
       });
-      const { rows } = await database.pool.query<{ id: string }>(
-        `INSERT INTO webhook.subscriptions (status, criteria, topic_id, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-       SELECT 'active', url, id, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
-       RETURNING id`,
-        ['http://example.org/topics/encounter-complete-fhirpath'],
+      // What the trigger evaluates, for a DBA to read: the expression and its SQL.
+      const explained = await cli('explain', 'http://example.org/topics/encounter-complete-fhirpath');
+      expect(explained.exitCode).toBe(0);
+      expect(explained.output).toContain(
+        "http://example.org/topics/encounter-complete-fhirpath|1.0.0 resourceTrigger[0]: Encounter, on create, update\n  fhirPathCriteria: %current.status = 'finished' and (%previous.empty() or %previous.status != 'finished')\n    SQL, over the versions previous and current (NULL where there is none):\n      coalesce((fhirpath.logical_and(fhirpath.equal(",
       );
+      expect(await cli('explain', 'http://example.org/topics/none')).toEqual({
+        exitCode: 1,
+        output: 'No topic is http://example.org/topics/none (topics list shows them).\n',
+      });
+      const subscription = await subscribe('http://example.org/topics/encounter-complete-fhirpath');
       await write(`INSERT INTO fhir.resources (content) VALUES ($1), ($2)`, encounter('born-finished', 'finished'), encounter('open', 'in-progress'));
       await write(`UPDATE fhir.resources SET content = content || '{"status":"finished"}' WHERE id = 'open'`);
-      expect(await events(rows[0]!.id)).toEqual([
+      expect(await events(subscription)).toEqual([
         ['born-finished', 1, false],
         ['open', 2, false],
       ]);
