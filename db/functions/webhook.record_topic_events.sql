@@ -83,7 +83,10 @@ BEGIN
     SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
            -- One in error that keeps failing waits before an event may reactivate it (migration 0025).
            s.status = 'error' AND coalesce(s.reactivation_not_before <= now(), true) AS may_reactivate,
-           (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter
+           (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter,
+           -- The writes its FHIRPath criteria is true for, read out of fhirpath_passes once per trigger
+           -- (NULL: it has none): `->` copies the set, so not once per write.
+           fhirpath_passes -> (trigger #>> '{fhirPath,sql}') AS fhirpath_passing
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
     CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
@@ -106,8 +109,7 @@ BEGIN
     FROM triggers
     JOIN writes ON writes.resource_type = triggers.resource_type
     WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
-      AND (jsonb_typeof(triggers.trigger -> 'fhirPath') IS DISTINCT FROM 'object'
-           OR fhirpath_passes -> (triggers.trigger #>> '{fhirPath,sql}') ? (writes.resource_type || '/' || writes.id))
+      AND (triggers.fhirpath_passing IS NULL OR triggers.fhirpath_passing ? (writes.resource_type || '/' || writes.id))
       AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
   ), inserted AS (
     INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
