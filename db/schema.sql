@@ -671,11 +671,29 @@ CREATE OR REPLACE FUNCTION fhirpath."union"(left_operand jsonb, right_operand js
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN (SELECT COALESCE(jsonb_agg(distinct_items.item ORDER BY distinct_items.first_place), '[]'::jsonb) AS "coalesce" FROM (SELECT items.item, min(items.place) AS first_place FROM jsonb_array_elements(("union".left_operand || "union".right_operand)) WITH ORDINALITY items(item, place) GROUP BY items.item) distinct_items);
 
+CREATE OR REPLACE FUNCTION fhirpath.as_boolean(item jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (jsonb_typeof(item) = 'boolean'::text) THEN (item)::boolean ELSE NULL::boolean END;
+
+CREATE OR REPLACE FUNCTION fhirpath.as_number(item jsonb)
+ RETURNS numeric
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (jsonb_typeof(item) = 'number'::text) THEN (item)::numeric ELSE NULL::numeric END;
+
+CREATE OR REPLACE FUNCTION fhirpath.collection(item jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN (item IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array(item) END;
+
 CREATE OR REPLACE FUNCTION fhirpath.compare(left_operand jsonb, right_operand jsonb, operator text)
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
-RETURN (SELECT CASE WHEN ((jsonb_array_length(compare.left_operand) > 1) OR (jsonb_array_length(compare.right_operand) > 1)) THEN NULL::jsonb WHEN ((compare.left_operand = '[]'::jsonb) OR (compare.right_operand = '[]'::jsonb)) THEN '[]'::jsonb ELSE jsonb_build_array(CASE compare.operator WHEN '<'::text THEN (ordered.order_of < (0)::numeric) WHEN '<='::text THEN (ordered.order_of <= (0)::numeric) WHEN '>'::text THEN (ordered.order_of > (0)::numeric) WHEN '>='::text THEN (ordered.order_of >= (0)::numeric) ELSE NULL::boolean END) END AS jsonb_build_array FROM (SELECT CASE WHEN (jsonb_typeof((compare.left_operand -> 0)) = 'number'::text) THEN sign((((compare.left_operand ->> 0))::numeric - ((compare.right_operand ->> 0))::numeric)) WHEN (((compare.left_operand ->> 0) COLLATE "C") < ((compare.right_operand ->> 0) COLLATE "C")) THEN ('-1'::integer)::numeric WHEN ((compare.left_operand ->> 0) = (compare.right_operand ->> 0)) THEN (0)::numeric ELSE (1)::numeric END AS order_of) ordered);
+RETURN (SELECT CASE WHEN ((jsonb_array_length(compare.left_operand) > 1) OR (jsonb_array_length(compare.right_operand) > 1)) THEN NULL::jsonb WHEN ((compare.left_operand = '[]'::jsonb) OR (compare.right_operand = '[]'::jsonb)) THEN '[]'::jsonb WHEN (ordered.order_of IS NULL) THEN NULL::jsonb ELSE jsonb_build_array(CASE compare.operator WHEN '<'::text THEN (ordered.order_of < (0)::numeric) WHEN '<='::text THEN (ordered.order_of <= (0)::numeric) WHEN '>'::text THEN (ordered.order_of > (0)::numeric) WHEN '>='::text THEN (ordered.order_of >= (0)::numeric) ELSE NULL::boolean END) END AS jsonb_build_array FROM (SELECT CASE WHEN ((jsonb_typeof((compare.left_operand -> 0)) = 'number'::text) AND (jsonb_typeof((compare.right_operand -> 0)) = 'number'::text)) THEN sign((((compare.left_operand ->> 0))::numeric - ((compare.right_operand ->> 0))::numeric)) WHEN ((jsonb_typeof((compare.left_operand -> 0)) <> 'string'::text) OR (jsonb_typeof((compare.right_operand -> 0)) <> 'string'::text)) THEN NULL::numeric WHEN (((compare.left_operand ->> 0) COLLATE "C") < ((compare.right_operand ->> 0) COLLATE "C")) THEN ('-1'::integer)::numeric WHEN ((compare.left_operand ->> 0) = (compare.right_operand ->> 0)) THEN (0)::numeric ELSE (1)::numeric END AS order_of) ordered);
 
 CREATE OR REPLACE FUNCTION fhirpath.count(collection jsonb)
  RETURNS jsonb
@@ -748,12 +766,6 @@ CREATE OR REPLACE FUNCTION fhirpath.member_of(element jsonb, collection jsonb)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN (jsonb_array_length(element) > 1) THEN NULL::jsonb WHEN (element = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array((EXISTS (SELECT FROM jsonb_array_elements(member_of.collection) item(value) WHERE (item.value = (member_of.element -> 0))))) END;
-
-CREATE OR REPLACE FUNCTION fhirpath.resource(version jsonb)
- RETURNS jsonb
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN (version IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array(version) END;
 
 CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, test text)
  RETURNS jsonb

@@ -9,6 +9,7 @@ CREATE OR REPLACE FUNCTION fhirpath.compare(left_operand jsonb, right_operand js
     SELECT CASE
       WHEN jsonb_array_length(left_operand) > 1 OR jsonb_array_length(right_operand) > 1 THEN NULL::jsonb
       WHEN left_operand = '[]' OR right_operand = '[]' THEN '[]'::jsonb
+      WHEN order_of IS NULL THEN NULL::jsonb
       ELSE jsonb_build_array(CASE operator
         WHEN '<' THEN order_of < 0
         WHEN '<=' THEN order_of <= 0
@@ -17,8 +18,10 @@ CREATE OR REPLACE FUNCTION fhirpath.compare(left_operand jsonb, right_operand js
       END)
     END
     FROM (SELECT CASE
-                   WHEN jsonb_typeof(left_operand -> 0) = 'number'
+                   WHEN jsonb_typeof(left_operand -> 0) = 'number' AND jsonb_typeof(right_operand -> 0) = 'number'
                      THEN sign((left_operand ->> 0)::numeric - (right_operand ->> 0)::numeric)
+                   -- Not two strings either: a loader's malformed row, compared as nothing (no error that would abort its write).
+                   WHEN jsonb_typeof(left_operand -> 0) <> 'string' OR jsonb_typeof(right_operand -> 0) <> 'string' THEN NULL
                    WHEN (left_operand ->> 0) COLLATE "C" < (right_operand ->> 0) COLLATE "C" THEN -1
                    WHEN (left_operand ->> 0) = (right_operand ->> 0) THEN 0
                    ELSE 1

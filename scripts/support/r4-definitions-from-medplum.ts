@@ -10,7 +10,7 @@ import type { ElementTypes, R4Definitions, SearchParameterDefinition } from '../
  * every process about 160 MiB of memory it kept.
  */
 
-type ElementDefinition = { path: string; type?: { code: string }[] };
+type ElementDefinition = { path: string; max?: string; type?: { code: string }[] };
 type StructureDefinition = {
   resourceType: string;
   url: string;
@@ -57,12 +57,16 @@ export function readR4Definitions(): R4Definitions {
       (definition) =>
         definition.resourceType === 'StructureDefinition' && definition.kind === 'complex-type' && definition.url === r4StructureDefinition + definition.name,
     );
-  // A choice element (`Observation.value[x]`) is listed without its `[x]`, with `choice` set.
+  // A choice element (`Observation.value[x]`) is listed without its `[x]`, with `choice` set; an element that may
+  // hold several values (max other than 1: a JSON array) with `repeats`.
   const elementTypes = Object.fromEntries(
     [...resourceDefinitions, ...complexTypeDefinitions].flatMap((definition) =>
       (definition.snapshot?.element ?? []).map((element): [string, ElementTypes] => {
         const choice = element.path.endsWith('[x]');
-        return [choice ? element.path.slice(0, -3) : element.path, { types: (element.type ?? []).map((type) => type.code), choice }];
+        return [
+          choice ? element.path.slice(0, -3) : element.path,
+          { types: (element.type ?? []).map((type) => type.code), choice, repeats: element.max !== '1' },
+        ];
       }),
     ),
   );

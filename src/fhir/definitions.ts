@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
  * a few hundred kilobytes read at start-up instead of 35 MB of profiles.
  */
 
-export type ElementTypes = { types: readonly string[]; choice: boolean };
+/** An element's types; `choice` for a value[x]; `repeats` when it may hold several values (max other than 1: a JSON array). */
+export type ElementTypes = { types: readonly string[]; choice: boolean; repeats: boolean };
 
 export type SearchParameterDefinition = {
   url: string;

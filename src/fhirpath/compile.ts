@@ -11,25 +11,42 @@ import { FhirPathRefused, parseFhirPath, type Expression } from './parse.ts';
  * translate exactly, it refuses (FhirPathRefused, naming the construct and
  * where it is).
  *
- * Each sub-expression is a jsonb array (a FHIRPath collection, its items as
- * they are in the resource's JSON), or SQL NULL for an evaluation error, which
- * the functions of db/functions/fhirpath.*.sql pass on. The R4 model
- * (./model.ts) types each one, so that an operator is only ever given
- * items it compares as FHIRPath does.
+ * The R4 model (./model.ts) types each sub-expression, and says whether it
+ * holds one value at most; each is compiled in one of three forms:
+ *   - an item: a jsonb value, or SQL NULL for the empty collection, where the
+ *     model says there is at most one (`%current.status`: `current -> 'status'`);
+ *   - a Boolean: an SQL boolean, NULL for empty. SQL's AND, OR and NOT are
+ *     FHIRPath's three-valued logic, so `%current.status = 'finished' and
+ *     %previous.status != 'finished'` is plain SQL a DBA reads;
+ *   - a collection: a jsonb array of items as they are in the resource's
+ *     JSON, or SQL NULL for an evaluation error (a function that takes one
+ *     item given several), which the functions of db/functions/fhirpath.*.sql
+ *     pass on. An item or a Boolean becomes a collection where an operand
+ *     needs one.
+ * Items and Booleans cannot be errors: only a collection holds several items.
  */
 export function compileFhirPathCriteria(expression: string, resourceType: string): string {
   const tree = parseFhirPath(expression);
-  const context = resource('current', resourceType);
-  const result = compile(tree, { resourceType, context, depth: 0 });
+  const result = compile(tree, { resourceType, context: version('current', resourceType), depth: 0 });
   requireBoolean(result, tree, 'the expression');
-  return `coalesce((${result.sql}) = '[true]'::jsonb, false)`;
+  switch (result.form) {
+    case 'boolean':
+      return `coalesce(${result.sql}, false)`;
+    case 'item':
+      return `coalesce(fhirpath.as_boolean(${result.sql}), false)`;
+    case 'collection':
+      return `coalesce(${result.sql} = '[true]'::jsonb, false)`;
+  }
 }
+
+type Form = 'item' | 'boolean' | 'collection';
 
 type Compiled = {
   sql: string;
   type: ItemType;
-  /** A choice element not yet narrowed: the collection it was read from and its name, for ofType(). */
-  choice?: { inputSql: string; name: string };
+  form: Form;
+  /** A choice element not yet narrowed: what it was read from and its name, for ofType(). */
+  choice?: { input: Compiled; name: string; repeats: boolean };
 };
 
 /** What `$this` and a bare name refer to: the resource at the top, each item inside where(), all() and exists(). */
@@ -40,7 +57,7 @@ function compile(expression: Expression, scope: Scope): Compiled {
     case 'literal':
       return literal(expression);
     case 'variable':
-      if (expression.name === 'current' || expression.name === 'previous') return resource(expression.name, scope.resourceType);
+      if (expression.name === 'current' || expression.name === 'previous') return version(expression.name, scope.resourceType);
       throw new FhirPathRefused(`%${expression.name}`, expression.at, 'only %current and %previous are defined in a topic criteria');
     case 'this':
       return scope.context;
@@ -55,8 +72,8 @@ function compile(expression: Expression, scope: Scope): Compiled {
   }
 }
 
-function resource(version: 'current' | 'previous', resourceType: string): Compiled {
-  return { sql: `fhirpath.resource(${version})`, type: { kind: 'element', path: resourceType } };
+function version(name: 'current' | 'previous', resourceType: string): Compiled {
+  return { sql: name, type: { kind: 'element', path: resourceType }, form: 'item' };
 }
 
 /** A SQL string literal of any text (standard_conforming_strings, PostgreSQL's default since 9.1: a backslash is itself). */
@@ -71,17 +88,41 @@ function jsonb(value: unknown): string {
 function literal(expression: Expression & { kind: 'literal' }): Compiled {
   switch (expression.type) {
     case 'Empty':
-      return { sql: `'[]'::jsonb`, type: { kind: 'nothing' } };
+      return { sql: 'NULL::jsonb', type: { kind: 'nothing' }, form: 'item' };
     case 'Boolean':
-      return { sql: jsonb([expression.value]), type: booleanType };
+      return { sql: String(expression.value), type: booleanType, form: 'boolean' };
     case 'String':
-      return { sql: jsonb([expression.value]), type: { kind: 'primitive', name: 'String', fhirType: 'string' } };
+      return { sql: jsonb(expression.value), type: { kind: 'primitive', name: 'String', fhirType: 'string' }, form: 'item' };
     case 'Integer':
-      return { sql: `'[${String(expression.value)}]'::jsonb`, type: integerType };
+      return { sql: `'${String(expression.value)}'::jsonb`, type: integerType, form: 'item' };
     case 'Decimal':
-      return { sql: `'[${String(expression.value)}]'::jsonb`, type: { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' } };
+      return { sql: `'${String(expression.value)}'::jsonb`, type: { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' }, form: 'item' };
   }
 }
+
+/** Any form as a collection. */
+function collection(compiled: Compiled): string {
+  switch (compiled.form) {
+    case 'collection':
+      return compiled.sql;
+    case 'item':
+      return `fhirpath.collection(${compiled.sql})`;
+    case 'boolean':
+      return `fhirpath.collection(to_jsonb(${compiled.sql}))`;
+  }
+}
+
+/** An item or a Boolean as an item (a jsonb value, NULL when empty). */
+function item(compiled: Compiled): string {
+  return compiled.form === 'boolean' ? `to_jsonb(${compiled.sql})` : compiled.sql;
+}
+
+/** An item or a Boolean, of type Boolean, as an SQL boolean (NULL when empty). */
+function truth(compiled: Compiled): string {
+  return compiled.form === 'item' ? `fhirpath.as_boolean(${compiled.sql})` : compiled.sql;
+}
+
+const single = (compiled: Compiled) => compiled.form !== 'collection';
 
 /** The items of `input` (or the scope's) named `name`, flattened: FHIRPath's path navigation. */
 function member(expression: Expression & { kind: 'member' }, scope: Scope): Compiled {
@@ -98,22 +139,26 @@ function member(expression: Expression & { kind: 'member' }, scope: Scope): Comp
       `${describe(input.type)} has no elements${input.type.kind === 'choice' ? ': narrow it with ofType() first' : ''}`,
     );
   }
-  const type = childType(input.type, expression.name);
-  if (type === undefined) throw new FhirPathRefused(`.${expression.name}`, expression.at, `R4 ${input.type.path} has no element '${expression.name}'`);
-  if ('unsupported' in type) throw new FhirPathRefused(`.${expression.name}`, expression.at, type.unsupported);
+  const child = childType(input.type, expression.name);
+  if (child === undefined) throw new FhirPathRefused(`.${expression.name}`, expression.at, `R4 ${input.type.path} has no element '${expression.name}'`);
+  if ('unsupported' in child) throw new FhirPathRefused(`.${expression.name}`, expression.at, child.unsupported);
+  const { type, repeats } = child;
   if (type.kind === 'choice') {
     const keys = type.types.map((name) => `@.key == "${expression.name}${capitalised(name)}"`).join(' || ');
     return {
-      sql: `jsonb_path_query_array(${input.sql}, ${sqlText(`$[*].keyvalue() ? (${keys}).value[*] ? (@ != null)`)})`,
+      sql: `jsonb_path_query_array(${collection(input)}, ${sqlText(`$[*].keyvalue() ? (${keys}).value[*] ? (@ != null)`)})`,
       type,
-      choice: { inputSql: input.sql, name: expression.name },
+      form: 'collection',
+      choice: { input, name: expression.name, repeats },
     };
   }
-  return { sql: navigate(input.sql, expression.name), type };
+  return navigate(input, expression.name, type, repeats);
 }
 
-function navigate(inputSql: string, jsonName: string): string {
-  return `jsonb_path_query_array(${inputSql}, ${sqlText(`$[*]."${jsonName}"[*] ? (@ != null)`)})`;
+/** An element by its JSON name: an item from an item where it does not repeat, else a collection. */
+function navigate(input: Compiled, jsonName: string, type: ItemType, repeats: boolean): Compiled {
+  if (input.form === 'item' && !repeats) return { sql: `nullif(${input.sql} -> ${sqlText(jsonName)}, 'null')`, type, form: 'item' };
+  return { sql: `jsonb_path_query_array(${collection(input)}, ${sqlText(`$[*]."${jsonName}"[*] ? (@ != null)`)})`, type, form: 'collection' };
 }
 
 function capitalised(name: string): string {
@@ -134,25 +179,27 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
   };
   switch (name) {
     case 'exists':
-      arity(0, 1);
-      return { sql: `fhirpath.exists(${args.length === 0 ? input().sql : where(input(), args[0]!, scope).sql})`, type: booleanType };
-    case 'empty':
-      arity(0);
-      return { sql: `fhirpath.empty(${input().sql})`, type: booleanType };
+    case 'empty': {
+      arity(0, name === 'exists' ? 1 : 0);
+      const tested = args.length === 0 ? input() : where(input(), args[0]!, scope);
+      if (single(tested)) return { sql: `(${tested.sql} IS ${name === 'exists' ? 'NOT ' : ''}NULL)`, type: booleanType, form: 'boolean' };
+      return { sql: `fhirpath.${name}(${tested.sql})`, type: booleanType, form: 'collection' };
+    }
     case 'count':
       arity(0);
-      return { sql: `fhirpath.count(${input().sql})`, type: integerType };
+      return { sql: `fhirpath.count(${collection(input())})`, type: integerType, form: 'collection' };
     case 'first':
     case 'last': {
       arity(0);
-      const collection = input();
-      return { sql: `fhirpath.${name}(${collection.sql})`, type: collection.type };
+      const items = input();
+      return single(items) ? items : { sql: `fhirpath.${name}(${items.sql})`, type: items.type, form: 'collection' };
     }
     case 'not': {
       arity(0);
       const operand = input();
       requireBoolean(operand, expression, 'not()');
-      return { sql: `fhirpath.logical_not(${operand.sql})`, type: booleanType };
+      if (single(operand)) return { sql: `(NOT ${truth(operand)})`, type: booleanType, form: 'boolean' };
+      return { sql: `fhirpath.logical_not(${operand.sql})`, type: booleanType, form: 'collection' };
     }
     case 'where':
       arity(1);
@@ -166,8 +213,12 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
       const criterion = compile(args[0]!, scope);
       requireBoolean(criterion, args[0]!, "iif()'s criterion");
       const ifTrue = compile(args[1]!, scope);
-      const otherwise = args[2] === undefined ? { sql: `'[]'::jsonb`, type: { kind: 'nothing' } as ItemType } : compile(args[2], scope);
-      return { sql: `fhirpath.iif(${criterion.sql}, ${ifTrue.sql}, ${otherwise.sql})`, type: common(ifTrue, otherwise, expression) };
+      const otherwise: Compiled = args[2] === undefined ? { sql: 'NULL::jsonb', type: { kind: 'nothing' }, form: 'item' } : compile(args[2], scope);
+      return {
+        sql: `fhirpath.iif(${collection(criterion)}, ${collection(ifTrue)}, ${collection(otherwise)})`,
+        type: common(ifTrue, otherwise, expression),
+        form: 'collection',
+      };
     }
     case 'startsWith':
     case 'endsWith':
@@ -177,7 +228,13 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
       const argument = compile(args[0]!, scope);
       requireString(text, expression, `${name}()'s input`);
       requireString(argument, args[0]!, `${name}()'s argument`);
-      return { sql: `fhirpath.string_test(${text.sql}, ${argument.sql}, '${name}')`, type: booleanType };
+      if (single(text) && single(argument)) {
+        const [a, b] = [`(${item(text)} #>> '{}')`, `(${item(argument)} #>> '{}')`];
+        const test =
+          name === 'startsWith' ? `starts_with(${a}, ${b})` : name === 'endsWith' ? `(right(${a}, length(${b})) = ${b})` : `(strpos(${a}, ${b}) > 0)`;
+        return { sql: test, type: booleanType, form: 'boolean' };
+      }
+      return { sql: `fhirpath.string_test(${collection(text)}, ${collection(argument)}, '${name}')`, type: booleanType, form: 'collection' };
     }
     case 'extension': {
       arity(1);
@@ -186,8 +243,9 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
       const owner = input();
       if (owner.type.kind !== 'element') throw new FhirPathRefused('extension()', at, `${describe(owner.type)} has no extensions the compiler reads`);
       return {
-        sql: `jsonb_path_query_array(${owner.sql}, '$[*].extension[*] ? (@.url == $url)', ${jsonb({ url: url.value })})`,
+        sql: `jsonb_path_query_array(${collection(owner)}, '$[*].extension[*] ? (@.url == $url)', ${jsonb({ url: url.value })})`,
         type: { kind: 'element', path: 'Extension' },
+        form: 'collection',
       };
     }
     case 'ofType':
@@ -206,6 +264,7 @@ function where(input: Compiled, criteria: Expression, scope: Scope): Compiled {
        ELSE coalesce(jsonb_agg(tested${depth}.item ORDER BY tested${depth}.place) FILTER (WHERE tested${depth}.keep = '[true]'), '[]') END
      ${from})`,
     type: input.type,
+    form: 'collection',
   };
 }
 
@@ -217,6 +276,7 @@ function all(input: Compiled, criteria: Expression, scope: Scope): Compiled {
        ELSE jsonb_build_array(coalesce(bool_and(tested${depth}.keep = '[true]'), true)) END
      ${from})`,
     type: booleanType,
+    form: 'collection',
   };
 }
 
@@ -227,18 +287,18 @@ function all(input: Compiled, criteria: Expression, scope: Scope): Compiled {
  */
 function perItem(input: Compiled, criteria: Expression, scope: Scope) {
   const depth = scope.depth + 1;
-  const item: Compiled = { sql: `jsonb_build_array(items${depth}.item)`, type: input.type };
-  const test = compile(criteria, { resourceType: scope.resourceType, context: item, depth });
+  const each: Compiled = { sql: `items${depth}.item`, type: input.type, form: 'item' };
+  const test = compile(criteria, { resourceType: scope.resourceType, context: each, depth });
   requireBoolean(test, criteria, 'the criteria');
-  const from = `FROM (SELECT ${input.sql} AS input) source${depth}
-     LEFT JOIN LATERAL (SELECT items${depth}.item, items${depth}.place, ${test.sql} AS keep
+  const from = `FROM (SELECT ${collection(input)} AS input) source${depth}
+     LEFT JOIN LATERAL (SELECT items${depth}.item, items${depth}.place, ${collection(test)} AS keep
                         FROM jsonb_array_elements(source${depth}.input) WITH ORDINALITY AS items${depth}(item, place)) tested${depth} ON true`;
   const failed = `bool_or(source${depth}.input IS NULL) OR bool_or(tested${depth}.place IS NOT NULL AND (tested${depth}.keep IS NULL OR jsonb_array_length(tested${depth}.keep) > 1))`;
   return { from, failed, depth };
 }
 
 function ofType(input: Compiled, typeArgument: Expression, call: Expression): Compiled {
-  const typeName = typeArgument.kind === 'member' && typeArgument.input === null ? typeArgument.name : qualified(typeArgument);
+  const typeName = qualified(typeArgument);
   const name = typeName?.replace(/^FHIR\./, '');
   if (name === undefined) throw new FhirPathRefused('ofType()', call.at, 'takes a type name');
   if (input.choice === undefined || input.type.kind !== 'choice') {
@@ -249,10 +309,10 @@ function ofType(input: Compiled, typeArgument: Expression, call: Expression): Co
   }
   const type = typeNamed(name, input.type.path);
   if ('unsupported' in type) throw new FhirPathRefused(`ofType(${typeName})`, call.at, type.unsupported);
-  return { sql: navigate(input.choice.inputSql, `${input.choice.name}${capitalised(name)}`), type };
+  return navigate(input.choice.input, `${input.choice.name}${capitalised(name)}`, type, input.choice.repeats);
 }
 
-/** `FHIR.Quantity` as a member path. */
+/** `Quantity` or `FHIR.Quantity` as a member path. */
 function qualified(expression: Expression): string | undefined {
   if (expression.kind !== 'member') return undefined;
   if (expression.input === null) return expression.name;
@@ -260,43 +320,60 @@ function qualified(expression: Expression): string | undefined {
   return head === undefined ? undefined : `${head}.${expression.name}`;
 }
 
-const logical: Record<string, string> = { and: 'logical_and', or: 'logical_or', xor: 'logical_xor', implies: 'logical_implies' };
+/** Each logical operator as SQL's on two Booleans (its three-valued logic is FHIRPath's), and as the function on collections. */
+const logical: Record<string, { sql: (a: string, b: string) => string; function: string }> = {
+  and: { sql: (a, b) => `(${a} AND ${b})`, function: 'logical_and' },
+  or: { sql: (a, b) => `(${a} OR ${b})`, function: 'logical_or' },
+  xor: { sql: (a, b) => `(${a} <> ${b})`, function: 'logical_xor' },
+  implies: { sql: (a, b) => `(NOT ${a} OR ${b})`, function: 'logical_implies' },
+};
 
 function operator(expression: Expression & { kind: 'operator' }, scope: Scope): Compiled {
   const left = compile(expression.left, scope);
   const right = compile(expression.right, scope);
   const { operator: symbol } = expression;
-  const logicalFunction = logical[symbol];
-  if (logicalFunction !== undefined) {
+  const logic = logical[symbol];
+  if (logic !== undefined) {
     requireBoolean(left, expression.left, `${symbol}'s left operand`);
     requireBoolean(right, expression.right, `${symbol}'s right operand`);
-    return { sql: `fhirpath.${logicalFunction}(${left.sql}, ${right.sql})`, type: booleanType };
+    if (single(left) && single(right)) return { sql: logic.sql(truth(left), truth(right)), type: booleanType, form: 'boolean' };
+    return { sql: `fhirpath.${logic.function}(${collection(left)}, ${collection(right)})`, type: booleanType, form: 'collection' };
   }
   switch (symbol) {
     case '=':
     case '!=': {
       common(left, right, expression);
-      const equal = `fhirpath.equal(${left.sql}, ${right.sql})`;
-      return { sql: symbol === '=' ? equal : `fhirpath.logical_not(${equal})`, type: booleanType };
+      if (single(left) && single(right)) {
+        const equal = `${item(left)} = ${item(right)}`;
+        return { sql: symbol === '=' ? `(${equal})` : `(NOT (${equal}))`, type: booleanType, form: 'boolean' };
+      }
+      const equal = `fhirpath.equal(${collection(left)}, ${collection(right)})`;
+      return { sql: symbol === '=' ? equal : `fhirpath.logical_not(${equal})`, type: booleanType, form: 'collection' };
     }
     case 'in':
     case 'contains': {
       common(left, right, expression);
-      const [element, collection] = symbol === 'in' ? [left, right] : [right, left];
-      return { sql: `fhirpath.member_of(${element.sql}, ${collection.sql})`, type: booleanType };
+      const [element, items] = symbol === 'in' ? [left, right] : [right, left];
+      return { sql: `fhirpath.member_of(${collection(element)}, ${collection(items)})`, type: booleanType, form: 'collection' };
     }
     case '|':
-      return { sql: `fhirpath.union(${left.sql}, ${right.sql})`, type: common(left, right, expression) };
+      return { sql: `fhirpath.union(${collection(left)}, ${collection(right)})`, type: common(left, right, expression), form: 'collection' };
     case '<':
     case '<=':
     case '>':
     case '>=': {
       const type = common(left, right, expression);
-      if (type.kind !== 'primitive' || (type.name !== 'String' && type.name !== 'Integer' && type.name !== 'Decimal')) {
-        if (type.kind !== 'nothing')
-          throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `compares strings or numbers here, not ${describe(type)}`);
+      const numbers = type.kind === 'primitive' && (type.name === 'Integer' || type.name === 'Decimal');
+      if (!numbers && type.kind !== 'nothing' && !(type.kind === 'primitive' && type.name === 'String')) {
+        throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `compares strings or numbers here, not ${describe(type)}`);
       }
-      return { sql: `fhirpath.compare(${left.sql}, ${right.sql}, '${symbol}')`, type: booleanType };
+      if (single(left) && single(right)) {
+        const [a, b] = numbers
+          ? [`fhirpath.as_number(${item(left)})`, `fhirpath.as_number(${item(right)})`]
+          : [`(${item(left)} #>> '{}') COLLATE "C"`, `(${item(right)} #>> '{}') COLLATE "C"`];
+        return { sql: `(${a} ${symbol} ${b})`, type: booleanType, form: 'boolean' };
+      }
+      return { sql: `fhirpath.compare(${collection(left)}, ${collection(right)}, '${symbol}')`, type: booleanType, form: 'collection' };
     }
     default:
       throw new FhirPathRefused(

@@ -55,18 +55,20 @@ export function typeNamed(fhirType: string, elementPath: string): ItemType | { u
 }
 
 /**
- * The items of `name` on items of `parent`: undefined when the model has no
- * such element (a misspelt name, or a choice element's JSON name such as
- * `valueQuantity`, which FHIRPath writes `value.ofType(Quantity)`).
+ * The items of `name` on items of `parent`, and whether the element repeats
+ * (a JSON array; else it holds one value at most): undefined when the model
+ * has no such element (a misspelt name, or a choice element's JSON name such
+ * as `valueQuantity`, which FHIRPath writes `value.ofType(Quantity)`).
  */
-export function childType(parent: ItemType & { kind: 'element' }, name: string): ItemType | { unsupported: string } | undefined {
+export function childType(parent: ItemType & { kind: 'element' }, name: string): { type: ItemType; repeats: boolean } | { unsupported: string } | undefined {
   const path = `${parent.path}.${name}`;
   const definition = elementTypes.get(path);
   if (definition === undefined) return undefined;
-  if (definition.choice) return { kind: 'choice', path, types: definition.types };
+  if (definition.choice) return { type: { kind: 'choice', path, types: definition.types }, repeats: definition.repeats };
   // A contentReference (Questionnaire.item.item: "the same as Questionnaire.item") carries no type in the model as read here.
   if (definition.types.length !== 1) return { unsupported: `${path} refers to another element's definition, which the compiler does not follow` };
-  return typeNamed(definition.types[0]!, path);
+  const type = typeNamed(definition.types[0]!, path);
+  return 'unsupported' in type ? type : { type, repeats: definition.repeats };
 }
 
 /** A name for messages: `String`, `Coding`, `Observation.component`, `Observation.value[x]`. */

@@ -7,7 +7,9 @@ describe('src/fhir/r4-definitions.json', () => {
     const committed: unknown = JSON.parse(readFileSync('src/fhir/r4-definitions.json', 'utf8'));
     const derived = readR4Definitions();
     expect(derived.resourceTypes).toContain('Appointment');
-    expect(derived.elementTypes['Observation.value']).toEqual({ types: expect.arrayContaining(['Quantity', 'string']), choice: true });
+    expect(derived.elementTypes['Observation.value']).toEqual({ types: expect.arrayContaining(['Quantity', 'string']), choice: true, repeats: false });
+    expect(derived.elementTypes['Observation.component']).toMatchObject({ repeats: true });
+    expect(derived.elementTypes['Observation.status']).toMatchObject({ repeats: false });
     expect(committed).toEqual(derived);
   });
 });

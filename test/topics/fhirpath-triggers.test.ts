@@ -121,6 +121,19 @@ describe('a topic whose trigger is a FHIRPath criteria', () => {
     expect(recorded.every(([id, version]) => Number(id.slice('bulk-'.length)) % 3 !== 0 && version === 2)).toBe(true);
   });
 
+  it("never fails a loader's write over a malformed value: a number or a Boolean that is not one compares as nothing", async () => {
+    const subscription = await subscribeToTopic({
+      interactions: ['create'],
+      fhirPathCriteria: "%current.length.value > 2 or %current.class.code < 'B' or %current.type.text.first() > 'a'",
+    });
+    await write(
+      `INSERT INTO fhir.resources (content) VALUES ($1), ($2)`,
+      { ...encounter('malformed', 'finished'), class: { code: 7 }, length: { value: 'long' }, type: [{ text: false }] },
+      { ...encounter('long', 'finished'), length: { value: 45 } },
+    );
+    expect(await events(subscription)).toEqual([['long', 1, false]]);
+  });
+
   it('records nothing for a write that rolls back', async () => {
     const subscription = await subscribeToTopic({ interactions: ['create'], fhirPathCriteria: "%current.status = 'finished'" });
     const client = await database.pool.connect();
@@ -178,7 +191,7 @@ describe('npm run cli -- topics add, with a FHIRPath criteria', () => {
       const explained = await cli('explain', 'http://example.org/topics/encounter-complete-fhirpath');
       expect(explained.exitCode).toBe(0);
       expect(explained.output).toContain(
-        "http://example.org/topics/encounter-complete-fhirpath|1.0.0 resourceTrigger[0]: Encounter, on create, update\n  fhirPathCriteria: %current.status = 'finished' and (%previous.empty() or %previous.status != 'finished')\n    SQL, over the versions previous and current (NULL where there is none):\n      coalesce((fhirpath.logical_and(fhirpath.equal(",
+        "http://example.org/topics/encounter-complete-fhirpath|1.0.0 resourceTrigger[0]: Encounter, on create, update\n  fhirPathCriteria: %current.status = 'finished' and (%previous.empty() or %previous.status != 'finished')\n    SQL, over the versions previous and current (NULL where there is none):\n      coalesce(((nullif(current -> 'status', 'null') = '\"finished\"'::jsonb) AND ((previous IS NULL) OR (NOT (nullif(previous -> 'status', 'null') = '\"finished\"'::jsonb)))), false)",
       );
       expect(await cli('explain', 'http://example.org/topics/none')).toEqual({
         exitCode: 1,
