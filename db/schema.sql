@@ -999,6 +999,42 @@ CREATE OR REPLACE FUNCTION webhook.criteria_digest(criteria text)
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN sha256(convert_to(criteria, 'UTF8'::name));
 
+CREATE OR REPLACE FUNCTION webhook.define_fhirpath_criteria()
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  branches text;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtext('webhook.define_fhirpath_criteria'));
+  SELECT string_agg(format(E'\n    WHEN %L THEN %s', md5(criteria.sql), criteria.sql), '' ORDER BY md5(criteria.sql))
+  INTO branches
+  FROM (SELECT DISTINCT trigger #>> '{fhirPath,sql}' AS sql
+        FROM webhook.subscription_topics topic
+        CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
+        WHERE jsonb_typeof(trigger -> 'fhirPath') = 'object') criteria;
+  EXECUTE format(
+    $definition$
+CREATE OR REPLACE FUNCTION webhook.fhirpath_criteria_hold(criteria text, previous jsonb, current jsonb) RETURNS boolean
+  LANGUAGE sql STABLE PARALLEL SAFE
+  RETURN %s
+    $definition$,
+    CASE WHEN branches IS NULL THEN 'false' ELSE format(E'CASE criteria%s\n    ELSE false\n  END', branches) END);
+  COMMENT ON FUNCTION webhook.fhirpath_criteria_hold(text, jsonb, jsonb) IS
+    'Whether the topic FHIRPath criteria whose SQL has this md5 holds for a write (previous, current): written by webhook.define_fhirpath_criteria from webhook.subscription_topics.compiled.';
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION webhook.define_fhirpath_criteria_of_topics()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM webhook.define_fhirpath_criteria();
+  RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION webhook.due_events_with_sizes(subscription uuid, after_event bigint, events_before bigint, max_events integer)
  RETURNS TABLE(id bigint, size integer)
  LANGUAGE plpgsql
@@ -1033,6 +1069,13 @@ CREATE OR REPLACE FUNCTION webhook.event_payload(subscription_id uuid, resource_
  STABLE PARALLEL SAFE
 RETURN json_build_object('subscriptionId', subscription_id, 'resourceType', resource_type, 'resourceId', id, 'versionId', CASE WHEN deleted THEN (version_id + 1) ELSE version_id END, 'deleted', deleted);
 COMMENT ON FUNCTION webhook.event_payload(subscription_id uuid, resource_type text, id text, version_id integer, deleted boolean) IS 'The payload of subscription_reactivation jobs: resourceEvent in src/db/jobs.ts (test/notification-triggers.test.ts checks the two agree).';
+
+CREATE OR REPLACE FUNCTION webhook.fhirpath_criteria_hold(criteria text, previous jsonb, current jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+RETURN false;
+COMMENT ON FUNCTION webhook.fhirpath_criteria_hold(criteria text, previous jsonb, current jsonb) IS 'Whether the topic FHIRPath criteria whose SQL has this md5 holds for a write (previous, current): written by webhook.define_fhirpath_criteria from webhook.subscription_topics.compiled.';
 
 CREATE OR REPLACE FUNCTION webhook.first_event_waiting_for_retry(subscription uuid)
  RETURNS bigint
@@ -1333,47 +1376,18 @@ DECLARE
   interaction text := CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'update' ELSE 'delete' END;
   recorded bigint;
   reactivations graphile_worker.job_spec[];
-  criteria text;
-  criteria_types text[];
-  -- {compiled criteria: {"Type/id": true, …}}: the writes each FHIRPath criteria is true for.
-  fhirpath_passes jsonb := '{}';
-  passing jsonb;
 BEGIN
   IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')) THEN
     RETURN NULL;
   END IF;
-
-  FOR criteria, criteria_types IN
-    SELECT trigger #>> '{fhirPath,sql}', array_agg(DISTINCT trigger ->> 'resourceType')
-    FROM webhook.subscriptions s
-    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
-    CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
-    WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')
-      AND jsonb_typeof(trigger -> 'fhirPath') = 'object'
-      AND trigger -> 'interactions' ? interaction
-      AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
-    GROUP BY 1
-  LOOP
-    EXECUTE format($criteria$
-      SELECT coalesce(jsonb_object_agg(c.resource_type || '/' || c.id, true), '{}')
-      FROM changed_rows c
-      LEFT JOIN fhir.resource_history before
-        ON $1 = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
-      CROSS JOIN LATERAL (SELECT CASE $1 WHEN 'create' THEN NULL WHEN 'delete' THEN c.content ELSE before.content END AS previous,
-                                 CASE $1 WHEN 'delete' THEN NULL ELSE c.content END AS current) versions
-      WHERE c.resource_type = ANY ($2) AND %s
-    $criteria$, criteria) INTO passing USING interaction, criteria_types;
-    fhirpath_passes := fhirpath_passes || jsonb_build_object(criteria, passing);
-  END LOOP;
 
   WITH triggers AS MATERIALIZED (
     SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
            -- One in error that keeps failing waits before an event may reactivate it (migration 0025).
            s.status = 'error' AND coalesce(s.reactivation_not_before <= now(), true) AS may_reactivate,
            (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter,
-           -- The writes its FHIRPath criteria is true for, read out of fhirpath_passes once per trigger
-           -- (NULL: it has none): `->` copies the set, so not once per write.
-           fhirpath_passes -> (trigger #>> '{fhirPath,sql}') AS fhirpath_passing
+           -- Its FHIRPath criteria's name in webhook.fhirpath_criteria_hold, once per trigger (NULL: it has none).
+           CASE WHEN jsonb_typeof(trigger -> 'fhirPath') = 'object' THEN md5(trigger #>> '{fhirPath,sql}') END AS fhirpath_criteria
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
     CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
@@ -1396,7 +1410,7 @@ BEGIN
     FROM triggers
     JOIN writes ON writes.resource_type = triggers.resource_type
     WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
-      AND (triggers.fhirpath_passing IS NULL OR triggers.fhirpath_passing ? (writes.resource_type || '/' || writes.id))
+      AND (triggers.fhirpath_criteria IS NULL OR webhook.fhirpath_criteria_hold(triggers.fhirpath_criteria, writes.previous, writes.current))
       AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
   ), inserted AS (
     INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
@@ -1688,6 +1702,8 @@ CREATE TRIGGER subscription_events_pending_on_insert AFTER INSERT ON webhook.sub
 CREATE TRIGGER subscription_events_pending_on_truncate AFTER TRUNCATE ON webhook.subscription_events FOR EACH STATEMENT EXECUTE FUNCTION webhook.keep_pending_events_in_step();
 
 CREATE TRIGGER subscription_events_pending_on_update AFTER UPDATE OF status ON webhook.subscription_events FOR EACH ROW WHEN ((old.status = 'pending'::text) <> (new.status = 'pending'::text)) EXECUTE FUNCTION webhook.keep_pending_events_in_step();
+
+CREATE TRIGGER subscription_topics_define_fhirpath_criteria AFTER INSERT OR DELETE OR UPDATE OF compiled ON webhook.subscription_topics FOR EACH STATEMENT EXECUTE FUNCTION webhook.define_fhirpath_criteria_of_topics();
 
 CREATE TRIGGER subscriptions_abandon_pending_events_on_delete AFTER DELETE ON webhook.subscriptions FOR EACH ROW EXECUTE FUNCTION webhook.abandon_pending_events();
 

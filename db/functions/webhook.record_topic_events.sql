@@ -27,13 +27,9 @@
 -- error), abandoned: not sent, numbered later (webhook.number_missed_events),
 -- so that the subscriber sees the gap in the numbers and $events serves them.
 --
--- A trigger's FHIRPath criteria (compiled to SQL by src/fhirpath/, stored in
--- the topic's `compiled`) must be true as well. Its SQL differs from topic
--- to topic, so it cannot be part of the statement below: each distinct
--- criteria among the triggers this statement may fire is evaluated first,
--- over the written rows, by a statement made for it (EXECUTE), and the
--- statement below reads which writes it was true for. The compiled text is
--- written only by the service's compiler, never taken from a client.
+-- A trigger's FHIRPath criteria (compiled to SQL by src/fhirpath/) must hold
+-- as well: webhook.fhirpath_criteria_hold decides it, in this statement, on
+-- the same versions (webhook.define_fhirpath_criteria says how).
 --
 -- Wake-up as the classic trigger: one NOTIFY when something was recorded
 -- (PostgreSQL sends one for the two triggers of a transaction).
@@ -46,47 +42,18 @@ DECLARE
   interaction text := CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'update' ELSE 'delete' END;
   recorded bigint;
   reactivations graphile_worker.job_spec[];
-  criteria text;
-  criteria_types text[];
-  -- {compiled criteria: {"Type/id": true, …}}: the writes each FHIRPath criteria is true for.
-  fhirpath_passes jsonb := '{}';
-  passing jsonb;
 BEGIN
   IF NOT EXISTS (SELECT FROM webhook.subscriptions s WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')) THEN
     RETURN NULL;
   END IF;
-
-  FOR criteria, criteria_types IN
-    SELECT trigger #>> '{fhirPath,sql}', array_agg(DISTINCT trigger ->> 'resourceType')
-    FROM webhook.subscriptions s
-    JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
-    CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
-    WHERE s.topic_id IS NOT NULL AND s.status IN ('active', 'error')
-      AND jsonb_typeof(trigger -> 'fhirPath') = 'object'
-      AND trigger -> 'interactions' ? interaction
-      AND trigger ->> 'resourceType' IN (SELECT DISTINCT resource_type FROM changed_rows)
-    GROUP BY 1
-  LOOP
-    EXECUTE format($criteria$
-      SELECT coalesce(jsonb_object_agg(c.resource_type || '/' || c.id, true), '{}')
-      FROM changed_rows c
-      LEFT JOIN fhir.resource_history before
-        ON $1 = 'update' AND before.resource_type = c.resource_type AND before.id = c.id AND before.version_id = c.version_id - 1
-      CROSS JOIN LATERAL (SELECT CASE $1 WHEN 'create' THEN NULL WHEN 'delete' THEN c.content ELSE before.content END AS previous,
-                                 CASE $1 WHEN 'delete' THEN NULL ELSE c.content END AS current) versions
-      WHERE c.resource_type = ANY ($2) AND %s
-    $criteria$, criteria) INTO passing USING interaction, criteria_types;
-    fhirpath_passes := fhirpath_passes || jsonb_build_object(criteria, passing);
-  END LOOP;
 
   WITH triggers AS MATERIALIZED (
     SELECT s.id AS subscription_id, s.status, trigger, trigger ->> 'resourceType' AS resource_type,
            -- One in error that keeps failing waits before an event may reactivate it (migration 0025).
            s.status = 'error' AND coalesce(s.reactivation_not_before <= now(), true) AS may_reactivate,
            (s.topic_filter ->> (trigger ->> 'resourceType'))::jsonpath AS filter,
-           -- The writes its FHIRPath criteria is true for, read out of fhirpath_passes once per trigger
-           -- (NULL: it has none): `->` copies the set, so not once per write.
-           fhirpath_passes -> (trigger #>> '{fhirPath,sql}') AS fhirpath_passing
+           -- Its FHIRPath criteria's name in webhook.fhirpath_criteria_hold, once per trigger (NULL: it has none).
+           CASE WHEN jsonb_typeof(trigger -> 'fhirPath') = 'object' THEN md5(trigger #>> '{fhirPath,sql}') END AS fhirpath_criteria
     FROM webhook.subscriptions s
     JOIN webhook.subscription_topics topic ON topic.id = s.topic_id
     CROSS JOIN LATERAL jsonb_array_elements(topic.compiled -> 'triggers') AS trigger
@@ -109,7 +76,7 @@ BEGIN
     FROM triggers
     JOIN writes ON writes.resource_type = triggers.resource_type
     WHERE webhook.topic_trigger_fires(triggers.trigger, interaction, writes.previous, writes.current)
-      AND (triggers.fhirpath_passing IS NULL OR triggers.fhirpath_passing ? (writes.resource_type || '/' || writes.id))
+      AND (triggers.fhirpath_criteria IS NULL OR webhook.fhirpath_criteria_hold(triggers.fhirpath_criteria, writes.previous, writes.current))
       AND webhook.notifies(writes.resource_type, coalesce(writes.current, writes.previous), triggers.filter)
   ), inserted AS (
     INSERT INTO webhook.subscription_events (subscription_id, resource_type, resource_id, version_id, deleted)
