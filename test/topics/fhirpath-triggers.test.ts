@@ -134,6 +134,22 @@ describe('a topic whose trigger is a FHIRPath criteria', () => {
     expect(await events(subscription)).toEqual([['long', 1, false]]);
   });
 
+  it('takes topics added at once by two transactions: each one’s criteria is decided', async () => {
+    const topic = (n: number) => ({
+      resourceType: 'SubscriptionTopic',
+      url: `http://example.org/topics/together-${n}`,
+      status: 'active',
+      resourceTrigger: [{ resource: 'Encounter', supportedInteraction: ['create'], fhirPathCriteria: `%current.class.code = 'C${n}'` }],
+    });
+    // Each adding transaction writes webhook.fhirpath_criteria_hold again; the second must see the first's criteria.
+    await Promise.all([1, 2, 3, 4].map((n) => addTopics(database.db, [topic(n)])));
+    const subscriptions = await Promise.all([1, 2, 3, 4].map((n) => subscribe(`http://example.org/topics/together-${n}`)));
+    await write(
+      `INSERT INTO fhir.resources (content) SELECT jsonb_build_object('resourceType', 'Encounter', 'id', 'c' || n, 'status', 'planned', 'class', jsonb_build_object('code', 'C' || n)) FROM generate_series(1, 4) n`,
+    );
+    for (const [index, subscription] of subscriptions.entries()) expect(await events(subscription)).toEqual([[`c${index + 1}`, 1, false]]);
+  });
+
   it('records nothing for a write that rolls back', async () => {
     const subscription = await subscribeToTopic({ interactions: ['create'], fhirPathCriteria: "%current.status = 'finished'" });
     const client = await database.pool.connect();
