@@ -90,12 +90,7 @@ function compileTrigger(trigger: SubscriptionTopic['resourceTrigger'][number], e
 }
 
 function compileFhirPath(expression: string, resourceType: string, element: string): { expression: string; sql: string } {
-  try {
-    return { expression, sql: compileFhirPathCriteria(expression, resourceType) };
-  } catch (error) {
-    if (error instanceof FhirPathRefused) throw new TopicRefused(element, error.message);
-    throw error;
-  }
+  return { expression, sql: refusingAs(element, () => compileFhirPathCriteria(expression, resourceType)) };
 }
 
 /** A query criteria (`status:not=finished`) compiled for one resource, as a classic criteria's filters are. */
@@ -156,12 +151,12 @@ function resourceTypeOf(resource: string, element: string): string {
   return type;
 }
 
-/** Runs a compilation, its FhirError refused as the element's. */
+/** Runs a compilation, its FhirError (search criteria) or FhirPathRefused (FHIRPath criteria) refused as the element's. */
 function refusingAs<T>(element: string, compile: () => T): T {
   try {
     return compile();
   } catch (error) {
-    if (error instanceof FhirError) throw new TopicRefused(element, error.message);
+    if (error instanceof FhirError || error instanceof FhirPathRefused) throw new TopicRefused(element, error.message);
     throw error;
   }
 }

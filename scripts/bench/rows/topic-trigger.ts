@@ -18,9 +18,9 @@ const topics = [
  * example topic ("became finished": the previous version is read and both
  * tested, in the statement) and with none just before, the median of three
  * each; a row for each way of saying the trigger, one topic subscription at
- * a time. No
- * worker runs meanwhile: the statement alone is timed. Checks that each
- * timed UPDATE recorded an event for exactly the 10,000 rows that changed.
+ * a time. No worker runs meanwhile: the statement alone is timed. Checks
+ * that each timed UPDATE recorded an event for exactly the 10,000 rows that
+ * changed.
  */
 export async function topicTriggerCost(url: string): Promise<Row[]> {
   const rows = 10_000;

@@ -85,13 +85,6 @@ function storedResourceCapabilities(type: string) {
   };
 }
 
-/**
- * Subscriptions have their own endpoints (the spec's): create or switch off,
- * read, search; no update, delete or history. On topics too (the Backport
- * IG): each active topic is named by an extension, and $status and $events
- * are offered. The service's own operations ($resend, $reactivate,
- * $rotate-secret) have canonical URLs under its base: no IG defines them.
- */
 /** What a topic's trigger may say, for a client choosing how to write one (docs/topics.md has the whole of it). */
 const topicTriggerDocumentation =
   "A topic's resourceTrigger is decided in the writing transaction by its queryCriteria and its fhirPathCriteria (both must hold when both are given). " +
@@ -99,6 +92,13 @@ const topicTriggerDocumentation =
   'where(), all(), exists(), empty(), count(), first(), last(), not(), iif(), and/or/xor/implies, = != in contains | on strings, numbers, Booleans and elements, ' +
   '< <= > >= on strings and numbers, startsWith(), endsWith(), contains(), with %current and %previous. Any other construct is refused by name when the topic is added.';
 
+/**
+ * Subscriptions have their own endpoints (the spec's): create or switch off,
+ * read, search; no update, delete or history. On topics too (the Backport
+ * IG): each active topic is named by an extension, and $status and $events
+ * are offered. The service's own operations ($resend, $reactivate,
+ * $rotate-secret) have canonical URLs under its base: no IG defines them.
+ */
 function subscriptionCapabilities(serviceBase: string, topics: string[]) {
   return {
     ...(topics.length === 0 ? {} : { extension: topics.map((valueCanonical) => ({ url: backport.topicCanonical, valueCanonical })) }),
