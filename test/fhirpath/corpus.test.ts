@@ -1,10 +1,9 @@
 import { readFileSync } from 'node:fs';
-import fhirpath from 'fhirpath';
-import r4 from 'fhirpath/fhir-context/r4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compileFhirPathCriteria } from '../../src/fhirpath/compile.ts';
 import { FhirPathRefused } from '../../src/fhirpath/parse.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { compiledDecisions, fhirpathFires, type Version } from '../support/fhirpath-oracle.ts';
 
 // Real FHIRPath trigger criteria, as other servers' users wrote them (test/fhirpath/corpus.json: HAPI's tests,
 // Aidbox's and Medplum's docs and tests, the R5 specification, the Backport IG, IHE and other guides, each with
@@ -20,7 +19,7 @@ beforeAll(async () => {
 afterAll(() => database.drop());
 
 /** Versions of a resource of any type: bare, in several states, and with elements the corpus's criteria read. */
-function versions(resourceType: string): (Record<string, unknown> | null)[] {
+function versions(resourceType: string): Version[] {
   const base = { resourceType, id: 'r1' };
   return [
     null,
@@ -43,15 +42,6 @@ function versions(resourceType: string): (Record<string, unknown> | null)[] {
   ];
 }
 
-function oracle(expression: string, previous: object | null, current: object | null): boolean {
-  try {
-    const result = fhirpath.evaluate(current ?? {}, expression, { current: current ?? [], previous: previous ?? [] }, r4) as unknown[];
-    return result.length === 1 && result[0] === true;
-  } catch {
-    return false;
-  }
-}
-
 describe('the corpus of real FHIRPath criteria', () => {
   it.each(corpus.map((entry) => [`${entry.server} ${entry.resourceType}: ${entry.expression}`, entry] as const))('%s', async (_name, entry) => {
     let sql: string;
@@ -65,14 +55,8 @@ describe('the corpus of real FHIRPath criteria', () => {
     }
     const all = versions(entry.resourceType);
     const pairs = all.flatMap((previous) => all.map((current) => ({ previous, current }))).filter((pair) => pair.previous !== null || pair.current !== null);
-    const { rows } = await database.pool.query<{ fires: boolean }>(
-      `SELECT ${sql} AS fires
-       FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS pairs(pair, place),
-            LATERAL (SELECT nullif(pair -> 'previous', 'null') AS previous, nullif(pair -> 'current', 'null') AS current) versions
-       ORDER BY place`,
-      [JSON.stringify(pairs)],
-    );
-    const disagreements = pairs.filter((pair, index) => rows[index]!.fires !== oracle(entry.expression, pair.previous, pair.current));
+    const fires = await compiledDecisions(database.pool, sql, pairs);
+    const disagreements = pairs.filter((pair, index) => fires[index] !== fhirpathFires(entry.expression, pair));
     expect(disagreements.slice(0, 2)).toEqual([]);
   });
 

@@ -1,44 +1,17 @@
 import fc from 'fast-check';
-import fhirpath from 'fhirpath';
-import r4 from 'fhirpath/fhir-context/r4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compileFhirPathCriteria } from '../../src/fhirpath/compile.ts';
 import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { compiledDecisions, fhirpathFires } from '../support/fhirpath-oracle.ts';
 
 // The compiled SQL decides as fhirpath.js (HL7's JavaScript FHIRPath engine, with its R4 model) does, on
-// generated pairs of versions: a criteria fires exactly where the engine's result is a single `true`; an
-// empty or false result, or an error the engine throws, does not fire.
+// generated pairs of versions (test/support/fhirpath-oracle.ts).
 
 let database: TestDatabase;
 beforeAll(async () => {
   database = await createTestDatabase();
 });
 afterAll(() => database.drop());
-
-type Version = Record<string, unknown> | null;
-type Pair = { previous: Version; current: Version };
-
-/** fhirpath.js's decision: its result is exactly one `true`. */
-function oracle(expression: string, { previous, current }: Pair): boolean {
-  try {
-    const result = fhirpath.evaluate(current ?? {}, expression, { current: current ?? [], previous: previous ?? [] }, r4) as unknown[];
-    return result.length === 1 && result[0] === true;
-  } catch {
-    return false;
-  }
-}
-
-/** The compiled SQL's decisions for the pairs, in one statement. */
-async function decisions(sql: string, pairs: Pair[]): Promise<boolean[]> {
-  const { rows } = await database.pool.query<{ fires: boolean }>(
-    `SELECT ${sql} AS fires
-     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS pairs(pair, place),
-          LATERAL (SELECT nullif(pair -> 'previous', 'null') AS previous, nullif(pair -> 'current', 'null') AS current) versions
-     ORDER BY place`,
-    [JSON.stringify(pairs)],
-  );
-  return rows.map((row) => row.fires);
-}
 
 const seed = Number(process.env.FHIRPATH_PROPERTY_SEED ?? '20261128');
 
@@ -155,9 +128,9 @@ describe('compiled FHIRPath criteria', () => {
       it(`decide as fhirpath.js: ${resourceType} ${expression}`, async () => {
         const sql = compileFhirPathCriteria(expression, resourceType);
         const generated = fc.sample(pairs(resource), { numRuns: 1000, seed });
-        const answers = await decisions(sql, generated);
+        const answers = await compiledDecisions(database.pool, sql, generated);
         const disagreements = generated
-          .map((pair, index) => ({ pair, sql: answers[index], fhirpath: oracle(expression, pair) }))
+          .map((pair, index) => ({ pair, sql: answers[index], fhirpath: fhirpathFires(expression, pair) }))
           .filter((result) => result.sql !== result.fhirpath);
         expect(disagreements.slice(0, 3), `seed ${seed}`).toEqual([]);
         // Each criteria is decided both ways over the generated pairs: a test that could only ever pass is none.
@@ -209,9 +182,9 @@ describe('generated FHIRPath criteria', () => {
     const versions = fc.sample(pairs(encounter), { numRuns: 200, seed: seed + 1 });
     let decidedBothWays = 0;
     for (const expression of expressions) {
-      const answers = await decisions(compileFhirPathCriteria(expression, 'Encounter'), versions);
+      const answers = await compiledDecisions(database.pool, compileFhirPathCriteria(expression, 'Encounter'), versions);
       const disagreements = versions
-        .map((pair, index) => ({ pair, sql: answers[index], fhirpath: oracle(expression, pair) }))
+        .map((pair, index) => ({ pair, sql: answers[index], fhirpath: fhirpathFires(expression, pair) }))
         .filter((result) => result.sql !== result.fhirpath);
       expect(disagreements.slice(0, 2), `${expression} (seed ${seed})`).toEqual([]);
       if (new Set(answers).size === 2) decidedBothWays++;

@@ -39,3 +39,17 @@ export async function storeClassicSubscription(pool: TestDatabase['pool'], crite
   );
   return rows[0]!.id;
 }
+
+/**
+ * An active topic-based subscription on the topic at `topicUrl`, stored as the API would store one after its
+ * handshake (its endpoint and secrets unused), with `topicFilter` its compiled filters per resource type; its id.
+ */
+export async function storeTopicSubscription(pool: TestDatabase['pool'], topicUrl: string, topicFilter: string | null = null): Promise<string> {
+  const { rows } = await pool.query<{ id: string }>(
+    `INSERT INTO webhook.subscriptions (status, criteria, topic_id, topic_filter, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
+     SELECT 'active', url, id, $2, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
+     RETURNING id`,
+    [topicUrl, topicFilter],
+  );
+  return rows[0]!.id;
+}

@@ -2,13 +2,12 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
-import fhirpath from 'fhirpath';
-import r4 from 'fhirpath/fhir-context/r4';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { TopicRefused } from '../../src/topics/definition.ts';
 import { addTopics } from '../../src/topics/store.ts';
 import { childEnvironment, runCommand } from '../support/commands.ts';
-import { createTestDatabase, type TestDatabase } from '../support/database.ts';
+import { createTestDatabase, storeTopicSubscription, type TestDatabase } from '../support/database.ts';
+import { fhirpathFires, type Version } from '../support/fhirpath-oracle.ts';
 
 /**
  * Topics whose trigger is a fhirPathCriteria: compiled to SQL (src/fhirpath/)
@@ -49,15 +48,7 @@ async function subscribeToTopic(trigger: Trigger): Promise<string> {
 }
 
 /** An active subscription on the topic at `url`, as the API stores one after its handshake; its id. */
-async function subscribe(url: string): Promise<string> {
-  const { rows } = await database.pool.query<{ id: string }>(
-    `INSERT INTO webhook.subscriptions (status, criteria, topic_id, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-     SELECT 'active', url, id, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
-     RETURNING id`,
-    [url],
-  );
-  return rows[0]!.id;
-}
+const subscribe = (url: string) => storeTopicSubscription(database.pool, url);
 
 const encounter = (id: string, status: string, classCode = 'AMB') => ({ resourceType: 'Encounter', id, status, class: { code: classCode } });
 
@@ -247,12 +238,11 @@ describe('FHIRPath triggers against fhirpath.js', () => {
       }),
       { numRuns: 1, seed },
     )[0]!;
-    const current = new Map<string, object>();
+    const current = new Map<string, Record<string, unknown>>();
     const expected: [string, number, boolean][][] = criteria.map(() => []);
-    const decide = (interaction: Interaction, id: string, previous: object | undefined, next: object | undefined, version: number) => {
+    const decide = (interaction: Interaction, id: string, previous: Version | undefined, next: Version | undefined, version: number) => {
       for (const [index, expression] of criteria.entries()) {
-        const result = fhirpath.evaluate(next ?? {}, expression, { current: next ?? [], previous: previous ?? [] }, r4) as unknown[];
-        if (result.length === 1 && result[0] === true) expected[index]!.push([id, version, interaction === 'delete']);
+        if (fhirpathFires(expression, { previous: previous ?? null, current: next ?? null })) expected[index]!.push([id, version, interaction === 'delete']);
       }
     };
     // The version each write made, as the store numbers it (a resource created again goes on from its deletion's number).

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { compileCriteria } from '../../src/search/criteria.ts';
 import type { TestResult } from '../../src/topics/compile.ts';
 import { addTopics } from '../../src/topics/store.ts';
-import { createTestDatabase, storeClassicSubscription, type TestDatabase } from '../support/database.ts';
+import { createTestDatabase, storeClassicSubscription, storeTopicSubscription, type TestDatabase } from '../support/database.ts';
 import { matchesSearch } from '../support/search-oracle.ts';
 
 /**
@@ -59,13 +59,7 @@ async function subscribeToTopic(trigger: Trigger, filter?: string): Promise<stri
     },
   ]);
   const topicFilter = filter === undefined ? null : JSON.stringify({ Encounter: compileCriteria(`Encounter?${filter}`).match });
-  const { rows } = await database.pool.query<{ id: string }>(
-    `INSERT INTO webhook.subscriptions (status, criteria, topic_id, topic_filter, payload_content, compiled_criteria, endpoint, headers_encrypted, signing_secret_encrypted, secret_is_generated, reason)
-     SELECT 'active', url, id, $2, 'id-only', '{}', 'https://receiver.example.org/', '\\x00', '\\x00', true, '-' FROM webhook.subscription_topics WHERE url = $1
-     RETURNING id`,
-    [url, topicFilter],
-  );
-  return rows[0]!.id;
+  return storeTopicSubscription(database.pool, url, topicFilter);
 }
 
 const encounter = (id: string, status: string, patient = 'Patient/1') => ({
