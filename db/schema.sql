@@ -677,6 +677,12 @@ CREATE OR REPLACE FUNCTION fhirpath.as_boolean(item jsonb)
  IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN (jsonb_typeof(item) = 'boolean'::text) THEN (item)::boolean ELSE NULL::boolean END;
 
+CREATE OR REPLACE FUNCTION fhirpath.as_comparison(order_of integer, operator text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE operator WHEN '<'::text THEN (order_of < 0) WHEN '<='::text THEN (order_of <= 0) WHEN '>'::text THEN (order_of > 0) WHEN '>='::text THEN (order_of >= 0) ELSE NULL::boolean END;
+
 CREATE OR REPLACE FUNCTION fhirpath.as_number(item jsonb)
  RETURNS numeric
  LANGUAGE sql
@@ -693,13 +699,83 @@ CREATE OR REPLACE FUNCTION fhirpath.compare(left_operand jsonb, right_operand js
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
-RETURN (SELECT CASE WHEN ((jsonb_array_length(compare.left_operand) > 1) OR (jsonb_array_length(compare.right_operand) > 1)) THEN NULL::jsonb WHEN ((compare.left_operand = '[]'::jsonb) OR (compare.right_operand = '[]'::jsonb)) THEN '[]'::jsonb WHEN (ordered.order_of IS NULL) THEN NULL::jsonb ELSE jsonb_build_array(CASE compare.operator WHEN '<'::text THEN (ordered.order_of < (0)::numeric) WHEN '<='::text THEN (ordered.order_of <= (0)::numeric) WHEN '>'::text THEN (ordered.order_of > (0)::numeric) WHEN '>='::text THEN (ordered.order_of >= (0)::numeric) ELSE NULL::boolean END) END AS jsonb_build_array FROM (SELECT CASE WHEN ((jsonb_typeof((compare.left_operand -> 0)) = 'number'::text) AND (jsonb_typeof((compare.right_operand -> 0)) = 'number'::text)) THEN sign((((compare.left_operand ->> 0))::numeric - ((compare.right_operand ->> 0))::numeric)) WHEN ((jsonb_typeof((compare.left_operand -> 0)) <> 'string'::text) OR (jsonb_typeof((compare.right_operand -> 0)) <> 'string'::text)) THEN NULL::numeric WHEN (((compare.left_operand ->> 0) COLLATE "C") < ((compare.right_operand ->> 0) COLLATE "C")) THEN ('-1'::integer)::numeric WHEN ((compare.left_operand ->> 0) = (compare.right_operand ->> 0)) THEN (0)::numeric ELSE (1)::numeric END AS order_of) ordered);
+RETURN (SELECT CASE WHEN ((jsonb_array_length(compare.left_operand) > 1) OR (jsonb_array_length(compare.right_operand) > 1)) THEN NULL::jsonb WHEN ((compare.left_operand = '[]'::jsonb) OR (compare.right_operand = '[]'::jsonb)) THEN '[]'::jsonb WHEN (ordered.order_of IS NULL) THEN NULL::jsonb ELSE jsonb_build_array(fhirpath.as_comparison((ordered.order_of)::integer, compare.operator)) END AS jsonb_build_array FROM (SELECT CASE WHEN ((jsonb_typeof((compare.left_operand -> 0)) = 'number'::text) AND (jsonb_typeof((compare.right_operand -> 0)) = 'number'::text)) THEN sign((((compare.left_operand ->> 0))::numeric - ((compare.right_operand ->> 0))::numeric)) WHEN ((jsonb_typeof((compare.left_operand -> 0)) <> 'string'::text) OR (jsonb_typeof((compare.right_operand -> 0)) <> 'string'::text)) THEN NULL::numeric WHEN (((compare.left_operand ->> 0) COLLATE "C") < ((compare.right_operand ->> 0) COLLATE "C")) THEN ('-1'::integer)::numeric WHEN ((compare.left_operand ->> 0) = (compare.right_operand ->> 0)) THEN (0)::numeric ELSE (1)::numeric END AS order_of) ordered);
 
 CREATE OR REPLACE FUNCTION fhirpath.count(collection jsonb)
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN jsonb_build_array(jsonb_array_length(collection));
+
+CREATE OR REPLACE FUNCTION fhirpath.date_time(value text)
+ RETURNS numeric[]
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+AS $function$
+DECLARE
+  part text[] := regexp_match(
+    CASE WHEN value ~ '^T?\d\d(:|$)' THEN '1970-01-01T' || ltrim(value, 'T') ELSE value END,
+    '^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T(?:([01]\d|2[0-3])(?::([0-5]\d)(?::([0-5]\d|60)(\.\d+)?)?)?'
+    '(Z|[+-](?:0\d|1[0-3]):[0-5]\d|[+-]14:00)?)?)?)?)?$');
+  year integer := part[1]::integer;
+  month integer := coalesce(part[2]::integer, 1);
+  day integer := coalesce(part[3]::integer, 1);
+  -- year, month, day, hour, minute, second: the parts written, less one.
+  precision integer := num_nonnulls(part[2], part[3], part[4], part[5], part[6]);
+  offset_minutes integer;
+  utc timestamp;
+BEGIN
+  IF part IS NULL OR year < 1 OR day > extract(day FROM make_date(year, month, 1) + interval '1 month - 1 day') THEN
+    RETURN NULL;
+  END IF;
+  offset_minutes := CASE
+    WHEN part[8] IS NULL OR part[8] = 'Z' THEN 0
+    ELSE (substr(part[8], 1, 1) || '1')::integer * (substr(part[8], 2, 2)::integer * 60 + substr(part[8], 5, 2)::integer)
+  END;
+  utc := make_timestamp(year, month, day, coalesce(part[4]::integer, 0), coalesce(part[5]::integer, 0), least(coalesce(part[6]::integer, 0), 59))
+         - make_interval(mins => offset_minutes);
+  RETURN (ARRAY[precision::numeric,
+                extract(epoch FROM date_trunc('year', utc)),
+                extract(epoch FROM date_trunc('month', utc)),
+                extract(epoch FROM date_trunc('day', utc)),
+                extract(epoch FROM date_trunc('hour', utc)),
+                extract(epoch FROM date_trunc('minute', utc))])[1:precision + 1]
+         || (extract(epoch FROM utc) + coalesce(('0' || part[7])::numeric, 0));
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fhirpath.date_time_order(left_value text, right_value text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE STRICT
+AS $function$
+DECLARE
+  left_parts numeric[] := fhirpath.date_time(left_value);
+  right_parts numeric[] := fhirpath.date_time(right_value);
+  -- The lesser precision, where the two are compared: element precision + 2 is the value at it.
+  compared_at integer := least(left_parts[1], right_parts[1])::integer + 2;
+BEGIN
+  IF left_parts IS NULL OR right_parts IS NULL THEN
+    RETURN NULL;
+  ELSIF left_parts[1] = right_parts[1] THEN
+    RETURN sign(left_parts[compared_at] - right_parts[compared_at]);
+  ELSE
+    RETURN nullif(sign(left_parts[compared_at] - right_parts[compared_at]), 0);
+  END IF;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fhirpath.date_times_compare(left_operand jsonb, right_operand jsonb, operator text)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN (SELECT CASE WHEN ((jsonb_array_length(date_times_compare.left_operand) > 1) OR (jsonb_array_length(date_times_compare.right_operand) > 1)) THEN NULL::jsonb WHEN (ordered.order_of IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array(fhirpath.as_comparison(ordered.order_of, date_times_compare.operator)) END AS jsonb_build_array FROM (SELECT fhirpath.date_time_order((date_times_compare.left_operand ->> 0), (date_times_compare.right_operand ->> 0)) AS order_of) ordered);
+
+CREATE OR REPLACE FUNCTION fhirpath.date_times_equal(left_operand jsonb, right_operand jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE WHEN ((left_operand = '[]'::jsonb) OR (right_operand = '[]'::jsonb)) THEN '[]'::jsonb WHEN (jsonb_array_length(left_operand) <> jsonb_array_length(right_operand)) THEN '[false]'::jsonb WHEN (jsonb_array_length(left_operand) = 1) THEN (SELECT CASE WHEN (ordered.order_of IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array((ordered.order_of = 0)) END AS jsonb_build_array FROM (SELECT fhirpath.date_time_order((date_times_equal.left_operand ->> 0), (date_times_equal.right_operand ->> 0)) AS order_of) ordered) ELSE jsonb_build_array((SELECT bool_and(COALESCE((fhirpath.date_time_order(items.left_item, (date_times_equal.right_operand ->> ((items.place)::integer - 1))) = 0), false)) AS bool_and FROM jsonb_array_elements_text(date_times_equal.left_operand) WITH ORDINALITY items(left_item, place))) END;
 
 CREATE OR REPLACE FUNCTION fhirpath.empty(collection jsonb)
  RETURNS jsonb

@@ -10,12 +10,7 @@ CREATE OR REPLACE FUNCTION fhirpath.compare(left_operand jsonb, right_operand js
       WHEN jsonb_array_length(left_operand) > 1 OR jsonb_array_length(right_operand) > 1 THEN NULL::jsonb
       WHEN left_operand = '[]' OR right_operand = '[]' THEN '[]'::jsonb
       WHEN order_of IS NULL THEN NULL::jsonb
-      ELSE jsonb_build_array(CASE operator
-        WHEN '<' THEN order_of < 0
-        WHEN '<=' THEN order_of <= 0
-        WHEN '>' THEN order_of > 0
-        WHEN '>=' THEN order_of >= 0
-      END)
+      ELSE jsonb_build_array(fhirpath.as_comparison(order_of::integer, operator))
     END
     FROM (SELECT CASE
                    WHEN jsonb_typeof(left_operand -> 0) = 'number' AND jsonb_typeof(right_operand -> 0) = 'number'

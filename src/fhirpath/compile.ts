@@ -97,8 +97,35 @@ function literal(expression: Expression & { kind: 'literal' }): Compiled {
       return { sql: `'${String(expression.value)}'::jsonb`, type: integerType, form: 'item' };
     case 'Decimal':
       return { sql: `'${String(expression.value)}'::jsonb`, type: { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' }, form: 'item' };
+    case 'Date':
+    case 'DateTime':
+    case 'Time': {
+      const text = String(expression.value);
+      if (!isCalendarDay(text))
+        throw new FhirPathRefused(`the ${expression.type.toLowerCase()} @${expression.type === 'Time' ? 'T' : ''}${text}`, expression.at, 'no such day');
+      return { sql: jsonb(text), type: { kind: 'primitive', name: expression.type, fhirType: fhirTypeOf[expression.type] }, form: 'item' };
+    }
   }
 }
+
+const fhirTypeOf = { Date: 'date', DateTime: 'dateTime', Time: 'time' } as const;
+
+/** Whether a date literal's day exists (not 2024-02-30, nor in the year 0, as PostgreSQL has none); a time has no day. */
+function isCalendarDay(text: string): boolean {
+  const date = /^(\d{4})(?:-(\d\d)(?:-(\d\d))?)?/.exec(text);
+  if (date === null) return true;
+  const [year, month, day] = [Number(date[1]), Number(date[2] ?? 1), Number(date[3] ?? 1)];
+  const daysInMonth = new Date(Date.UTC(2000, month, 0)).getUTCDate() - (month === 2 && !isLeapYear(year) ? 1 : 0);
+  return year > 0 && day <= daysInMonth;
+}
+
+const isLeapYear = (year: number) => year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+
+/** Whether items of the type are Dates, DateTimes or Times: compared by fhirpath.date_time_order (precisions, offsets). */
+function isTemporal(type: ItemType): boolean {
+  return type.kind === 'primitive' && temporal.has(type.name);
+}
+const temporal = new Set(['Date', 'DateTime', 'Time']);
 
 /** Any form as a collection. */
 function collection(compiled: Compiled): string {
@@ -251,6 +278,24 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
     case 'ofType':
       arity(1);
       return ofType(input(), args[0]!, expression);
+    case 'today':
+    case 'now': {
+      // The write's transaction time, the same for every row of a statement and every topic; its day and time in UTC,
+      // the zone a date or a time without an offset is read in (db/functions/fhirpath.date_time.sql).
+      arity(0);
+      if (expression.input !== null) throw new FhirPathRefused(`${name}()`, at, 'supported only on its own, not after a path');
+      return name === 'today'
+        ? {
+            sql: `to_jsonb(to_char(transaction_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD'))`,
+            type: { kind: 'primitive', name: 'Date', fhirType: 'date' },
+            form: 'item',
+          }
+        : {
+            sql: `to_jsonb(to_char(transaction_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))`,
+            type: { kind: 'primitive', name: 'DateTime', fhirType: 'dateTime' },
+            form: 'item',
+          };
+    }
     default:
       throw new FhirPathRefused(`${name}()`, at, 'not supported');
   }
@@ -342,7 +387,12 @@ function operator(expression: Expression & { kind: 'operator' }, scope: Scope): 
   switch (symbol) {
     case '=':
     case '!=': {
-      common(left, right, expression);
+      if (isTemporal(common(left, right, expression))) {
+        if (single(left) && single(right))
+          return { sql: `(${dateTimeOrder(left, right)} ${symbol === '=' ? '=' : '<>'} 0)`, type: booleanType, form: 'boolean' };
+        const equal = `fhirpath.date_times_equal(${collection(left)}, ${collection(right)})`;
+        return { sql: symbol === '=' ? equal : `fhirpath.logical_not(${equal})`, type: booleanType, form: 'collection' };
+      }
       if (single(left) && single(right)) {
         const equal = `${item(left)} = ${item(right)}`;
         return { sql: symbol === '=' ? `(${equal})` : `(NOT (${equal}))`, type: booleanType, form: 'boolean' };
@@ -352,20 +402,27 @@ function operator(expression: Expression & { kind: 'operator' }, scope: Scope): 
     }
     case 'in':
     case 'contains': {
-      common(left, right, expression);
+      refuseTemporal(common(left, right, expression), symbol, expression);
       const [element, items] = symbol === 'in' ? [left, right] : [right, left];
       return { sql: `fhirpath.member_of(${collection(element)}, ${collection(items)})`, type: booleanType, form: 'collection' };
     }
-    case '|':
-      return { sql: `fhirpath.union(${collection(left)}, ${collection(right)})`, type: common(left, right, expression), form: 'collection' };
+    case '|': {
+      const type = common(left, right, expression);
+      refuseTemporal(type, symbol, expression);
+      return { sql: `fhirpath.union(${collection(left)}, ${collection(right)})`, type, form: 'collection' };
+    }
     case '<':
     case '<=':
     case '>':
     case '>=': {
       const type = common(left, right, expression);
+      if (isTemporal(type)) {
+        if (single(left) && single(right)) return { sql: `(${dateTimeOrder(left, right)} ${symbol} 0)`, type: booleanType, form: 'boolean' };
+        return { sql: `fhirpath.date_times_compare(${collection(left)}, ${collection(right)}, '${symbol}')`, type: booleanType, form: 'collection' };
+      }
       const numbers = type.kind === 'primitive' && (type.name === 'Integer' || type.name === 'Decimal');
       if (!numbers && type.kind !== 'nothing' && !(type.kind === 'primitive' && type.name === 'String')) {
-        throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `compares strings or numbers here, not ${describe(type)}`);
+        throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `compares strings, numbers, dates and times here, not ${describe(type)}`);
       }
       if (single(left) && single(right)) {
         const [a, b] = numbers
@@ -384,23 +441,33 @@ function operator(expression: Expression & { kind: 'operator' }, scope: Scope): 
   }
 }
 
+/** The order of two single Dates, DateTimes or Times (-1, 0, 1; NULL where FHIRPath cannot say, or either is empty). */
+function dateTimeOrder(left: Compiled, right: Compiled): string {
+  return `fhirpath.date_time_order(${item(left)} #>> '{}', ${item(right)} #>> '{}')`;
+}
+
+function refuseTemporal(type: ItemType, symbol: string, expression: Expression): void {
+  if (isTemporal(type)) {
+    throw new FhirPathRefused(`the operator ${symbol}`, expression.at, `not supported yet for ${describe(type)}s; =, !=, <, <=, > and >= are`);
+  }
+}
+
 const numeric = new Set(['Integer', 'Decimal']);
+const dateOrDateTime = new Set(['Date', 'DateTime']);
 
 /**
  * The type two operands share, for the operators that compare their items
  * (=, !=, in, contains, |, <…) and iif()'s branches: strings with strings,
- * numbers with numbers, Booleans with Booleans, elements of one type with
- * each other. Anything else is refused: FHIRPath would compare such items by
- * rules this compiler does not translate (dates' precisions, quantities'
- * units), or the comparison is a type error the R4 model shows.
+ * numbers with numbers, Booleans with Booleans, dates and dateTimes with each
+ * other, times with times, elements of one type with each other. Anything
+ * else is refused: FHIRPath would compare such items by rules this compiler
+ * does not translate (quantities' units), or the comparison is a type error
+ * the R4 model shows.
  */
 function common(left: Compiled, right: Compiled, expression: Expression): ItemType {
   for (const side of [left, right]) {
     if (side.type.kind === 'choice')
       throw new FhirPathRefused(describe(side.type), expression.at, 'a choice element is compared only once narrowed with ofType()');
-    if (side.type.kind === 'primitive' && ['Date', 'DateTime', 'Time'].includes(side.type.name)) {
-      throw new FhirPathRefused(describe(side.type), expression.at, 'dates and times are not compared yet');
-    }
     if (side.type.kind === 'element' && side.type.path === 'Quantity') throw new FhirPathRefused('Quantity', expression.at, 'quantities are not compared yet');
   }
   if (left.type.kind === 'nothing') return right.type;
@@ -408,6 +475,8 @@ function common(left: Compiled, right: Compiled, expression: Expression): ItemTy
   if (left.type.kind === 'primitive' && right.type.kind === 'primitive') {
     if (left.type.name === right.type.name) return left.type;
     if (numeric.has(left.type.name) && numeric.has(right.type.name)) return { kind: 'primitive', name: 'Decimal', fhirType: 'decimal' };
+    // A Date is a DateTime at a day's precision at most: FHIRPath compares the two.
+    if (dateOrDateTime.has(left.type.name) && dateOrDateTime.has(right.type.name)) return { kind: 'primitive', name: 'DateTime', fhirType: 'dateTime' };
   }
   if (left.type.kind === 'element' && right.type.kind === 'element' && left.type.path === right.type.path) return left.type;
   throw new FhirPathRefused(

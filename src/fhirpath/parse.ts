@@ -11,8 +11,13 @@ import type fhirpath from 'fhirpath';
 export type Location = { line: number; column: number };
 
 export type Expression =
-  /** A number's value is its text (`-1.50`). */
-  | { kind: 'literal'; type: 'String' | 'Boolean' | 'Integer' | 'Decimal' | 'Empty'; value: string | boolean | null; at: Location }
+  /** A number's value is its text (`-1.50`); a date's or a time's its text without `@` and `T` (`2024-03`, `10:30`), as FHIR writes it. */
+  | {
+      kind: 'literal';
+      type: 'String' | 'Boolean' | 'Integer' | 'Decimal' | 'Date' | 'DateTime' | 'Time' | 'Empty';
+      value: string | boolean | null;
+      at: Location;
+    }
   | { kind: 'variable'; name: string; at: Location }
   | { kind: 'this'; at: Location }
   /** `input.name`, or `name` alone (input null: the expression's context). */
@@ -172,9 +177,11 @@ function literal(node: Node, at: Location): Expression {
       // Kept as written: a JSON number of any precision, as jsonb keeps it.
       return { kind: 'literal', type: text.includes('.') ? 'Decimal' : 'Integer', value: text, at };
     case 'DateLiteral':
+      return { kind: 'literal', type: 'Date', value: text.slice(1), at };
     case 'DateTimeLiteral':
+      return { kind: 'literal', type: 'DateTime', value: text.slice(1), at };
     case 'TimeLiteral':
-      throw new FhirPathRefused(`the ${node.type.replace('Literal', '').toLowerCase()} ${text}`, at, 'dates and times are not supported yet');
+      return { kind: 'literal', type: 'Time', value: text.slice(2), at };
     case 'QuantityLiteral':
       // The parser's text runs the number and the unit together (5'mg').
       throw new FhirPathRefused(`the quantity ${text.replace(/^([-+]?[\d.]+)\s*/, '$1 ')}`, at, 'quantities are not supported yet');

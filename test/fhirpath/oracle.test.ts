@@ -19,6 +19,26 @@ const code = fc.constantFrom('a', 'b', 'B', 'ab', '');
 const coding = fc.record({ system: fc.constantFrom('http://x', 'http://y'), code }, { requiredKeys: [] });
 const extension = fc.record({ url: fc.constantFrom('http://ext/a', 'http://ext/b'), valueString: code });
 
+// Dates and times at every precision, with and without offsets: some the same instant written two ways, some the
+// same at a lesser precision (which FHIRPath cannot order), one far from now. A fraction has three digits:
+// fhirpath.js 5.1.1 reads '.5' as 5 ms, not as half a second (the compiler reads it as FHIRPath says).
+const date = fc.constantFrom('2023', '2024', '2024-03', '2024-03-05', '2024-03-06', '2023-12-31', '2025-01');
+const dateTime = fc.constantFrom(
+  '2024',
+  '2024-03',
+  '2024-03-05',
+  '2024-03-05T10:30:00Z',
+  '2024-03-05T11:30:00+01:00',
+  '2024-03-05T10:30:00.123Z',
+  '2024-03-05T23:30:00-05:00',
+  '2024-03-06T04:30:00Z',
+  '2024-03-05T10:30:59Z',
+  '2024-02-29T23:30:00-01:00',
+  '2023-11-20T08:00:00+02:00',
+  '2099-01-01T00:00:00Z',
+);
+const time = fc.constantFrom('10:30:00', '10:30:00.250', '09:00:00', '23:59:59');
+
 const encounter = fc.record(
   {
     resourceType: fc.constant('Encounter'),
@@ -29,6 +49,8 @@ const encounter = fc.record(
     priority: fc.record({ coding: fc.array(coding, { maxLength: 2 }) }),
     extension: fc.array(extension, { maxLength: 3 }),
     length: fc.record({ value: fc.constantFrom(1, 2.5, 10), unit: fc.constant('min') }),
+    period: fc.record({ start: dateTime, end: dateTime }, { requiredKeys: [] }),
+    statusHistory: fc.array(fc.record({ status: fc.constant('planned'), period: fc.record({ start: dateTime }) }), { maxLength: 2 }),
   },
   { requiredKeys: ['resourceType', 'id', 'status'] },
 );
@@ -37,6 +59,8 @@ const value = fc.oneof(
   fc.record({ valueString: code }),
   fc.record({ valueBoolean: fc.boolean() }),
   fc.record({ valueInteger: fc.integer({ min: -3, max: 3 }) }),
+  fc.record({ valueTime: time }),
+  fc.record({ valueDateTime: dateTime }),
   fc.constant({}),
 );
 
@@ -58,6 +82,13 @@ const observation = fc
   )
   // One value[x] at most, as FHIR allows.
   .map(([resource, valueOfIt]) => ({ ...resource, ...valueOfIt }));
+
+const patient = fc
+  .tuple(
+    fc.record({ resourceType: fc.constant('Patient'), id: fc.constant('p1'), birthDate: date }, { requiredKeys: ['resourceType', 'id'] }),
+    fc.oneof(fc.record({ deceasedBoolean: fc.boolean() }), fc.record({ deceasedDateTime: dateTime }), fc.constant({})),
+  )
+  .map(([resource, deceased]) => ({ ...resource, ...deceased }));
 
 const pairs = (resource: fc.Arbitrary<Record<string, unknown>>) =>
   fc
@@ -101,6 +132,33 @@ const encounterCriteria = [
   "%current.type.coding.where(code > 'a').exists()",
   "({} = %current.status).empty() and %current.status = 'finished'",
   "%current.id = 'e2' or {}",
+  '%current.period.start > %previous.period.start',
+  '%current.period.end != %previous.period.end',
+  '%current.period.start = @2024-03-05',
+  '%current.period.start >= @2024-03-05T10:30:00Z',
+  '%current.period.start = @2024-03-05T10:30:00',
+  '%current.period.start < @2024-03',
+  '%current.period.start > @2024-03-05T05:30-05:00',
+  '%current.period.start <= %current.period.end',
+  '(%current.period.start = %previous.period.start).empty()',
+  '%current.period.start > now()',
+  '%current.period.end < today()',
+  '%current.statusHistory.period.start = %previous.statusHistory.period.start',
+  '%current.statusHistory.period.start != %previous.statusHistory.period.start',
+  '%current.statusHistory.period.start > @2024-03-05T10:00:00Z',
+  '%current.statusHistory.where(period.start >= @2024-03-05).count() = 1',
+  'iif(%current.period.start.exists(), %current.period.start, %current.period.end) < @2024-03-05T12:00:00Z',
+];
+
+const patientCriteria = [
+  '%current.birthDate > @2024',
+  '%current.birthDate = %previous.birthDate',
+  '%current.birthDate != %previous.birthDate',
+  '%current.birthDate < today()',
+  '%current.birthDate <= @2024-03-05',
+  '%current.deceased.ofType(dateTime) > %current.birthDate',
+  '%current.deceased.ofType(dateTime) = @2024-03-05',
+  '%current.deceased.ofType(dateTime).exists() and %previous.deceased.ofType(dateTime).empty()',
 ];
 
 const observationCriteria = [
@@ -117,12 +175,19 @@ const observationCriteria = [
   "%current.status in ('final' | 'amended') and %previous.status = 'preliminary'",
   "%current.code.coding.code = 'a'",
   '%current.value.count() = 1',
+  '%current.value.ofType(time) > @T10:00',
+  '(%current.value.ofType(time) = @T10:30).empty() and %current.value.exists()',
+  '%current.value.ofType(time) = @T10:30:00',
+  '%current.value.ofType(time) >= @T10:30:00.1',
+  '%current.value.ofType(time) < %previous.value.ofType(time)',
+  '%current.value.ofType(dateTime) >= @2024-03-05T10:30:00Z',
 ];
 
 describe('compiled FHIRPath criteria', () => {
   for (const [resourceType, criteria, resource] of [
     ['Encounter', encounterCriteria, encounter],
     ['Observation', observationCriteria, observation],
+    ['Patient', patientCriteria, patient],
   ] as const) {
     for (const expression of criteria) {
       it(`decide as fhirpath.js: ${resourceType} ${expression}`, async () => {
@@ -141,13 +206,14 @@ describe('compiled FHIRPath criteria', () => {
 });
 
 // Expressions generated from the grammar the compiler takes, over Encounter: each atom a test of one element
-// (a singleton, a repeating one, a choice narrowed by ofType()), of %current or %previous or the bare context,
+// (a singleton, a repeating one, a choice narrowed by ofType(), a dateTime), of %current or %previous or the bare context,
 // composed with the logical operators, not() and iif(). Each is decided on pairs of versions as fhirpath.js decides.
 const version = fc.constantFrom('%current.', '%previous.', '');
 const stringPath = fc.constantFrom('status', 'class.code', 'type.text', 'type.coding.code', 'type.coding.system', 'priority.coding.code', 'id');
 const stringLiteral = fc.constantFrom("'a'", "'b'", "'ab'", "''", "'finished'", "'http://x'", "'e1'");
 const numberLiteral = fc.constantFrom('0', '1', '2', '2.5', '10', '-1');
 const comparison = fc.constantFrom('=', '!=', '<', '<=', '>', '>=');
+const dateTimeLiteral = fc.constantFrom('@2024', '@2024-03-05', '@2024-03-05T10:30:00Z', '@2024-03-05T06:30:00-04:00', '@2024-03-05T10:30', 'today()', 'now()');
 
 const atom: fc.Arbitrary<string> = fc.oneof(
   fc.tuple(version, stringPath, fc.constantFrom('=', '!='), stringLiteral).map(([v, p, o, l]) => `${v}${p} ${o} ${l}`),
@@ -163,6 +229,8 @@ const atom: fc.Arbitrary<string> = fc.oneof(
   fc.tuple(version, stringLiteral).map(([v, l]) => `${v}type.all(text != ${l})`),
   fc.tuple(version, stringLiteral).map(([v, l]) => `${v}extension('http://ext/a').value.ofType(string) = ${l}`),
   fc.tuple(version, stringLiteral).map(([v, l]) => `${v}type.coding.code.where($this > ${l}).count() = 1`),
+  fc.tuple(version, fc.constantFrom('start', 'end'), comparison, dateTimeLiteral).map(([v, e, o, l]) => `${v}period.${e} ${o} ${l}`),
+  fc.tuple(fc.constantFrom('start', 'end'), comparison).map(([e, o]) => `%current.period.${e} ${o} %previous.period.${e}`),
   fc.constantFrom('true', 'false', '{}'),
 );
 

@@ -9,6 +9,10 @@ import type { TestDatabase } from './database.ts';
  * an empty or false result, or an error the engine throws, does not fire.
  */
 
+// fhirpath.js reads a date or time without an offset, and today(), in the process's time zone; the compiled SQL
+// reads them in UTC (db/functions/fhirpath.date_time.sql), so the oracle evaluates in UTC too, wherever it runs.
+process.env.TZ = 'UTC';
+
 export type Version = Record<string, unknown> | null;
 /** The version before a write and the version written (null: a create's previous, a delete's current). */
 export type VersionPair = { previous: Version; current: Version };

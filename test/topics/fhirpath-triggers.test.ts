@@ -125,6 +125,35 @@ describe('a topic whose trigger is a FHIRPath criteria', () => {
     expect(await events(subscription)).toEqual([['long', 1, false]]);
   });
 
+  it("compares dates at the writing transaction's time, and never fails a loader's write over a date that is no day", async () => {
+    const subscription = await subscribeToTopic({
+      interactions: ['create', 'update'],
+      fhirPathCriteria: '%current.period.end <= now() and (%previous.period.end.empty() or %previous.period.end > now())',
+    });
+    const ending = (id: string, end: string) => ({ ...encounter(id, 'in-progress'), period: { end } });
+    const client = await database.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // The transaction's now() is before this second's: an end stamped later in it has not come yet.
+      const { rows } = await client.query<{ now: string; later: string }>(
+        `SELECT to_char(transaction_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS now,
+                to_char((transaction_timestamp() + interval '1 second') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS later`,
+      );
+      await client.query(`INSERT INTO fhir.resources (content) VALUES ($1), ($2), ($3), ($4), ($5)`, [
+        ending('ended-now', rows[0]!.now),
+        ending('ends-later', rows[0]!.later),
+        ending('ended-last-year', '2025-11-28'),
+        ending('ended-this-month', rows[0]!.now.slice(0, 7)),
+        ending('no-such-day', '2025-02-30'),
+      ]);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    // The month of now() is now()'s at the lesser precision: FHIRPath cannot order them, and the topic does not fire.
+    expect((await events(subscription)).map(([id]) => id).sort()).toEqual(['ended-last-year', 'ended-now']);
+  });
+
   it('takes topics added at once by two transactions: each one’s criteria is decided', async () => {
     const topic = (n: number) => ({
       resourceType: 'SubscriptionTopic',
