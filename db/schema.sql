@@ -689,6 +689,12 @@ CREATE OR REPLACE FUNCTION fhirpath.as_number(item jsonb)
  IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN (jsonb_typeof(item) = 'number'::text) THEN (item)::numeric ELSE NULL::numeric END;
 
+CREATE OR REPLACE FUNCTION fhirpath.as_type(choice_items jsonb, typed_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE WHEN (jsonb_array_length(choice_items) > 1) THEN NULL::jsonb ELSE typed_items END;
+
 CREATE OR REPLACE FUNCTION fhirpath.collection(item jsonb)
  RETURNS jsonb
  LANGUAGE sql
@@ -777,6 +783,12 @@ CREATE OR REPLACE FUNCTION fhirpath.date_times_equal(left_operand jsonb, right_o
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN ((left_operand = '[]'::jsonb) OR (right_operand = '[]'::jsonb)) THEN '[]'::jsonb WHEN (jsonb_array_length(left_operand) <> jsonb_array_length(right_operand)) THEN '[false]'::jsonb WHEN (jsonb_array_length(left_operand) = 1) THEN (SELECT CASE WHEN (ordered.order_of IS NULL) THEN '[]'::jsonb ELSE jsonb_build_array((ordered.order_of = 0)) END AS jsonb_build_array FROM (SELECT fhirpath.date_time_order((date_times_equal.left_operand ->> 0), (date_times_equal.right_operand ->> 0)) AS order_of) ordered) ELSE jsonb_build_array((SELECT bool_and(COALESCE((fhirpath.date_time_order(items.left_item, (date_times_equal.right_operand ->> ((items.place)::integer - 1))) = 0), false)) AS bool_and FROM jsonb_array_elements_text(date_times_equal.left_operand) WITH ORDINALITY items(left_item, place))) END;
 
+CREATE OR REPLACE FUNCTION fhirpath.date_times_equivalent(left_value text, right_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN COALESCE((((fhirpath.date_time(left_value))[1] = (fhirpath.date_time(right_value))[1]) AND (fhirpath.date_time_order(left_value, right_value) = 0)), false);
+
 CREATE OR REPLACE FUNCTION fhirpath.empty(collection jsonb)
  RETURNS jsonb
  LANGUAGE sql
@@ -788,6 +800,13 @@ CREATE OR REPLACE FUNCTION fhirpath.equal(left_operand jsonb, right_operand json
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN ((left_operand = '[]'::jsonb) OR (right_operand = '[]'::jsonb)) THEN '[]'::jsonb ELSE jsonb_build_array((left_operand = right_operand)) END;
+
+CREATE OR REPLACE FUNCTION fhirpath.equivalence_text(value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN upper((translate(value, '	
+                 　'::text, repeat(' '::text, 24)) COLLATE "und-x-icu"));
 
 CREATE OR REPLACE FUNCTION fhirpath.first(collection jsonb)
  RETURNS jsonb
@@ -801,11 +820,23 @@ CREATE OR REPLACE FUNCTION fhirpath.iif(criterion jsonb, if_true jsonb, otherwis
  IMMUTABLE PARALLEL SAFE
 RETURN CASE WHEN ((criterion IS NULL) OR (jsonb_array_length(criterion) > 1)) THEN NULL::jsonb WHEN (criterion = '[true]'::jsonb) THEN if_true ELSE otherwise END;
 
+CREATE OR REPLACE FUNCTION fhirpath.is_type(choice_items jsonb, typed_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE WHEN (jsonb_array_length(choice_items) > 1) THEN NULL::jsonb WHEN (choice_items = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array((typed_items <> '[]'::jsonb)) END;
+
 CREATE OR REPLACE FUNCTION fhirpath.last(collection jsonb)
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN (collection = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array((collection -> '-1'::integer)) END;
+
+CREATE OR REPLACE FUNCTION fhirpath.length_in_utf16(value text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN (length(value) + length(regexp_replace(value, '[^\U00010000-\U0010FFFF]'::text, ''::text, 'g'::text)));
 
 CREATE OR REPLACE FUNCTION fhirpath.logical_and(left_operand jsonb, right_operand jsonb)
  RETURNS jsonb
@@ -842,6 +873,12 @@ CREATE OR REPLACE FUNCTION fhirpath.member_of(element jsonb, collection jsonb)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
 RETURN CASE WHEN (jsonb_array_length(element) > 1) THEN NULL::jsonb WHEN (element = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array((EXISTS (SELECT FROM jsonb_array_elements(member_of.collection) item(value) WHERE (item.value = (member_of.element -> 0))))) END;
+
+CREATE OR REPLACE FUNCTION fhirpath.string_function(input jsonb, function text)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE WHEN (jsonb_array_length(input) > 1) THEN NULL::jsonb WHEN (input = '[]'::jsonb) THEN '[]'::jsonb ELSE jsonb_build_array(CASE function WHEN 'upper'::text THEN to_jsonb(upper(((input ->> 0) COLLATE "und-x-icu"))) WHEN 'lower'::text THEN to_jsonb(lower(((input ->> 0) COLLATE "und-x-icu"))) WHEN 'length'::text THEN to_jsonb(fhirpath.length_in_utf16((input ->> 0))) ELSE NULL::jsonb END) END;
 
 CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, test text)
  RETURNS jsonb

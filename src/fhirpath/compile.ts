@@ -68,7 +68,7 @@ function compile(expression: Expression, scope: Scope): Compiled {
     case 'operator':
       return operator(expression, scope);
     case 'type-operator':
-      throw new FhirPathRefused(`the operator ${expression.operator}`, expression.at, 'not supported yet');
+      return typeTest(expression.operator, compile(expression.input, scope), expression.typeName, `the operator ${expression.operator}`, expression);
   }
 }
 
@@ -263,6 +263,18 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
       }
       return { sql: `fhirpath.string_test(${collection(text)}, ${collection(argument)}, '${name}')`, type: booleanType, form: 'collection' };
     }
+    case 'upper':
+    case 'lower':
+    case 'length': {
+      arity(0);
+      const text = input();
+      requireString(text, expression, `${name}()'s input`);
+      const type = name === 'length' ? integerType : text.type;
+      if (!single(text)) return { sql: `fhirpath.string_function(${text.sql}, '${name}')`, type, form: 'collection' };
+      const value = `(${item(text)} #>> '{}')`;
+      const mapped = name === 'length' ? `fhirpath.length_in_utf16(${value})` : `${name}(${value} COLLATE "und-x-icu")`;
+      return { sql: `to_jsonb(${mapped})`, type, form: 'item' };
+    }
     case 'extension': {
       arity(1);
       const url = args[0]!;
@@ -277,7 +289,11 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
     }
     case 'ofType':
       arity(1);
-      return ofType(input(), args[0]!, expression);
+      return narrowed(input(), qualified(args[0]!), 'ofType()', expression);
+    case 'is':
+    case 'as':
+      arity(1);
+      return typeTest(name, input(), qualified(args[0]!), `${name}()`, expression);
     case 'today':
     case 'now': {
       // The write's transaction time, the same for every row of a statement and every topic; its day and time in UTC,
@@ -342,19 +358,34 @@ function perItem(input: Compiled, criteria: Expression, scope: Scope) {
   return { from, failed, depth };
 }
 
-function ofType(input: Compiled, typeArgument: Expression, call: Expression): Compiled {
-  const typeName = qualified(typeArgument);
+/** The items of a choice element of one of its types (ofType()), as the element's JSON name for that type reads them. */
+function narrowed(input: Compiled, typeName: string | undefined, construct: string, call: Expression): Compiled {
   const name = typeName?.replace(/^FHIR\./, '');
-  if (name === undefined) throw new FhirPathRefused('ofType()', call.at, 'takes a type name');
+  if (name === undefined) throw new FhirPathRefused(construct, call.at, 'takes a type name');
   if (input.choice === undefined || input.type.kind !== 'choice') {
-    throw new FhirPathRefused('ofType()', call.at, 'narrows a choice element (value[x] and the like); nothing else here');
+    throw new FhirPathRefused(construct, call.at, 'applies to a choice element (value[x] and the like) here; nothing else');
   }
+  // ofType(Quantity), the operator is Quantity
+  const withType = construct.endsWith('()') ? `${construct.slice(0, -2)}(${typeName})` : `${construct} ${typeName}`;
   if (!input.type.types.includes(name)) {
-    throw new FhirPathRefused(`ofType(${typeName})`, call.at, `${describe(input.type)} is never a ${name}: its types are ${input.type.types.join(', ')}`);
+    throw new FhirPathRefused(withType, call.at, `${describe(input.type)} is never a ${name}: its types are ${input.type.types.join(', ')}`);
   }
   const type = typeNamed(name, input.type.path);
-  if ('unsupported' in type) throw new FhirPathRefused(`ofType(${typeName})`, call.at, type.unsupported);
+  if ('unsupported' in type) throw new FhirPathRefused(withType, call.at, type.unsupported);
   return navigate(input.choice.input, `${input.choice.name}${capitalised(name)}`, type, input.choice.repeats);
+}
+
+/**
+ * `is` and `as` (operators or functions) on a choice element: its one item's
+ * type, or the item if of the type. On anything else they would need the R4
+ * type hierarchy (a code is a string, an Age a Quantity), which the compiler
+ * does not follow: refused.
+ */
+function typeTest(operator: 'is' | 'as', input: Compiled, typeName: string | undefined, construct: string, expression: Expression): Compiled {
+  const typed = narrowed(input, typeName, construct, expression);
+  const choiceItems = collection(input);
+  if (operator === 'is') return { sql: `fhirpath.is_type(${choiceItems}, ${collection(typed)})`, type: booleanType, form: 'collection' };
+  return { sql: `fhirpath.as_type(${choiceItems}, ${collection(typed)})`, type: typed.type, form: 'collection' };
 }
 
 /** `Quantity` or `FHIR.Quantity` as a member path. */
@@ -432,13 +463,56 @@ function operator(expression: Expression & { kind: 'operator' }, scope: Scope): 
       }
       return { sql: `fhirpath.compare(${collection(left)}, ${collection(right)}, '${symbol}')`, type: booleanType, form: 'collection' };
     }
+    case '~':
+    case '!~': {
+      const equivalent = equivalence(left, right, expression);
+      return { sql: symbol === '~' ? equivalent : `(NOT ${equivalent})`, type: booleanType, form: 'boolean' };
+    }
     default:
-      throw new FhirPathRefused(
-        `the operator ${symbol}`,
-        expression.at,
-        symbol === '~' || symbol === '!~' ? 'equivalence is not supported yet' : 'not supported',
-      );
+      throw new FhirPathRefused(`the operator ${symbol}`, expression.at, 'not supported');
   }
+}
+
+/**
+ * FHIRPath's `~` of two operands of one item at most: true when both are
+ * empty, false when one is, else strings upper-cased with their whitespace
+ * spaces (fhirpath.equivalence_text), Booleans and integers equal, dates and
+ * times of one type at one precision and instant. Never empty. Refused:
+ * collections (FHIRPath compares them irrespective of order, fhirpath.js in
+ * order), decimals (fhirpath.js rounds them to the lesser precision in
+ * floating point), elements (child by child, as ~), and a date with a
+ * dateTime (fhirpath.js answers differently by the order of the operands).
+ */
+function equivalence(left: Compiled, right: Compiled, expression: Expression & { kind: 'operator' }): string {
+  const construct = `the operator ${expression.operator}`;
+  if (!single(left) || !single(right)) {
+    throw new FhirPathRefused(construct, expression.at, 'compares one item with one here; collections are not supported yet');
+  }
+  const type = common(left, right, expression);
+  const [a, b] = [item(left), item(right)];
+  const test = () => {
+    if (type.kind !== 'primitive') {
+      if (type.kind === 'nothing') return 'true';
+      throw new FhirPathRefused(construct, expression.at, `compares strings, Booleans, integers, dates and times here, not ${describe(type)}`);
+    }
+    switch (type.name) {
+      case 'String':
+        return `fhirpath.equivalence_text(${a} #>> '{}') = fhirpath.equivalence_text(${b} #>> '{}')`;
+      case 'Boolean':
+      case 'Integer':
+        if (left.type.kind === 'primitive' && right.type.kind === 'primitive' && left.type.name !== right.type.name) break;
+        return `${a} = ${b}`;
+      case 'Date':
+      case 'DateTime':
+      case 'Time': {
+        const sides = [left.type, right.type].filter((side) => side.kind === 'primitive');
+        if (new Set(sides.map((side) => side.name)).size > 1 || new Set(sides.map((side) => side.fhirType === 'instant')).size > 1) break;
+        return `fhirpath.date_times_equivalent(${a} #>> '{}', ${b} #>> '{}')`;
+      }
+    }
+    throw new FhirPathRefused(construct, expression.at, `not supported for ${describe(left.type)} and ${describe(right.type)}`);
+  };
+  return `(CASE WHEN ${a} IS NULL THEN ${b} IS NULL WHEN ${b} IS NULL THEN false ELSE ${test()} END)`;
 }
 
 /** The order of two single Dates, DateTimes or Times (-1, 0, 1; NULL where FHIRPath cannot say, or either is empty). */

@@ -17,6 +17,8 @@ const seed = Number(process.env.FHIRPATH_PROPERTY_SEED ?? '20261128');
 
 const code = fc.constantFrom('a', 'b', 'B', 'ab', '');
 const coding = fc.record({ system: fc.constantFrom('http://x', 'http://y'), code }, { requiredKeys: [] });
+// Strings that case and whitespace tell apart, or do not: for ~, upper(), lower() and length().
+const text = fc.constantFrom('a b', 'A B', 'a  b', 'a\tb', 'a\u00a0b', 'ß', 'SS', 'straße', 'STRASSE', 'İ', 'i\u0307', '😀', 'x', '');
 const extension = fc.record({ url: fc.constantFrom('http://ext/a', 'http://ext/b'), valueString: code });
 
 // Dates and times at every precision, with and without offsets: some the same instant written two ways, some the
@@ -46,7 +48,7 @@ const encounter = fc.record(
     status: fc.constantFrom('planned', 'in-progress', 'finished', 'cancelled'),
     class: coding,
     type: fc.array(fc.record({ coding: fc.array(coding, { maxLength: 2 }), text: code }, { requiredKeys: [] }), { maxLength: 2 }),
-    priority: fc.record({ coding: fc.array(coding, { maxLength: 2 }) }),
+    priority: fc.record({ coding: fc.array(coding, { maxLength: 2 }), text }, { requiredKeys: ['coding'] }),
     extension: fc.array(extension, { maxLength: 3 }),
     length: fc.record({ value: fc.constantFrom(1, 2.5, 10), unit: fc.constant('min') }),
     period: fc.record({ start: dateTime, end: dateTime }, { requiredKeys: [] }),
@@ -148,6 +150,23 @@ const encounterCriteria = [
   '%current.statusHistory.period.start > @2024-03-05T10:00:00Z',
   '%current.statusHistory.where(period.start >= @2024-03-05).count() = 1',
   'iif(%current.period.start.exists(), %current.period.start, %current.period.end) < @2024-03-05T12:00:00Z',
+  "%current.priority.text ~ 'A B'",
+  '%current.priority.text ~ %previous.priority.text',
+  '%current.priority.text !~ %previous.priority.text',
+  "%current.priority.text ~ 'STRASSE'",
+  "%current.priority.text ~ {} and %current.status = 'finished'",
+  "%current.status ~ 'FINISHED'",
+  '%current.period.start ~ %previous.period.start',
+  '%current.period.start !~ @2024-03-05T10:30:00Z',
+  "%current.priority.text.upper() = 'SS'",
+  "%current.priority.text.upper() = 'STRASSE'",
+  "%current.priority.text.lower() = 'straße'",
+  '%current.priority.text.lower() = %previous.priority.text.lower()',
+  '%current.priority.text.length() > 2',
+  '%current.priority.text.length() = 2',
+  "%current.type.text.upper() = 'A'",
+  '%current.type.text.length() >= 1',
+  "%current.type.text.lower().startsWith('a')",
 ];
 
 const patientCriteria = [
@@ -181,6 +200,16 @@ const observationCriteria = [
   '%current.value.ofType(time) >= @T10:30:00.1',
   '%current.value.ofType(time) < %previous.value.ofType(time)',
   '%current.value.ofType(dateTime) >= @2024-03-05T10:30:00Z',
+  '%current.value is string',
+  '%current.value.is(boolean)',
+  '%current.value is FHIR.integer and %previous.value is dateTime',
+  '(%current.value as integer) > 1',
+  "%current.value.as(string) = 'a'",
+  '%current.component.value is integer',
+  '(%current.component.value as integer) = 2',
+  '(%current.value is dateTime) and (%previous.value is dateTime).not()',
+  '%current.value.ofType(integer) ~ %previous.value.ofType(integer)',
+  '%current.value.ofType(time) ~ @T10:30:00',
 ];
 
 describe('compiled FHIRPath criteria', () => {
