@@ -884,7 +884,7 @@ CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, tes
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
-RETURN CASE WHEN ((jsonb_array_length(input) > 1) OR (jsonb_array_length(argument) > 1)) THEN NULL::jsonb WHEN ((input = '[]'::jsonb) OR (argument = '[]'::jsonb)) THEN '[]'::jsonb ELSE jsonb_build_array(CASE test WHEN 'startsWith'::text THEN starts_with((input ->> 0), (argument ->> 0)) WHEN 'endsWith'::text THEN ("right"((input ->> 0), length((argument ->> 0))) = (argument ->> 0)) WHEN 'contains'::text THEN (strpos((input ->> 0), (argument ->> 0)) > 0) ELSE NULL::boolean END) END;
+RETURN CASE WHEN ((jsonb_array_length(input) > 1) OR (jsonb_array_length(argument) > 1)) THEN NULL::jsonb WHEN ((input = '[]'::jsonb) OR (argument = '[]'::jsonb)) THEN '[]'::jsonb ELSE jsonb_build_array(CASE test WHEN 'startsWith'::text THEN starts_with((input ->> 0), (argument ->> 0)) WHEN 'endsWith'::text THEN ("right"((input ->> 0), length((argument ->> 0))) = (argument ->> 0)) WHEN 'contains'::text THEN (strpos((input ->> 0), (argument ->> 0)) > 0) WHEN 'matches'::text THEN ((input ->> 0) ~ (argument ->> 0)) ELSE NULL::boolean END) END;
 
 CREATE OR REPLACE FUNCTION webhook.abandon_pending_events()
  RETURNS trigger

@@ -1,7 +1,9 @@
--- FHIRPath startsWith(), endsWith() and contains() (test) of a string
--- collection against a string argument: empty if either is empty; more than
--- one item on either side is an evaluation error (NULL). An empty argument
--- string is found in any string, as in FHIRPath.
+-- FHIRPath startsWith(), endsWith(), contains() and matches() (test) of a
+-- string collection against a string argument: empty if either is empty; more
+-- than one item on either side is an evaluation error (NULL). An empty
+-- argument string is found in any string, as in FHIRPath. For matches(), the
+-- argument is the pattern as the compiler rewrote it for PostgreSQL
+-- (src/fhirpath/regex.ts).
 CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, test text) RETURNS jsonb
   LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
   RETURN CASE
@@ -11,5 +13,6 @@ CREATE OR REPLACE FUNCTION fhirpath.string_test(input jsonb, argument jsonb, tes
       WHEN 'startsWith' THEN starts_with(input ->> 0, argument ->> 0)
       WHEN 'endsWith' THEN right(input ->> 0, length(argument ->> 0)) = argument ->> 0
       WHEN 'contains' THEN strpos(input ->> 0, argument ->> 0) > 0
+      WHEN 'matches' THEN (input ->> 0) ~ (argument ->> 0)
     END)
   END;

@@ -1,5 +1,6 @@
 import { booleanType, childType, describe, integerType, typeNamed, type ItemType } from './model.ts';
 import { FhirPathRefused, parseFhirPath, type Expression } from './parse.ts';
+import { postgresRegex } from './regex.ts';
 
 /**
  * A FHIRPath criteria (a topic's fhirPathCriteria) compiled to one SQL
@@ -262,6 +263,16 @@ function call(expression: Expression & { kind: 'call' }, scope: Scope): Compiled
         return { sql: test, type: booleanType, form: 'boolean' };
       }
       return { sql: `fhirpath.string_test(${collection(text)}, ${collection(argument)}, '${name}')`, type: booleanType, form: 'collection' };
+    }
+    case 'matches': {
+      arity(1);
+      const pattern = args[0]!;
+      if (pattern.kind !== 'literal' || pattern.type !== 'String') throw new FhirPathRefused('matches()', at, 'takes its pattern as a string literal');
+      const text = input();
+      requireString(text, expression, "matches()'s input");
+      const regex = postgresRegex(String(pattern.value), pattern.at);
+      if (single(text)) return { sql: `((${item(text)} #>> '{}') ~ ${sqlText(regex)})`, type: booleanType, form: 'boolean' };
+      return { sql: `fhirpath.string_test(${text.sql}, ${jsonb([regex])}, 'matches')`, type: booleanType, form: 'collection' };
     }
     case 'upper':
     case 'lower':

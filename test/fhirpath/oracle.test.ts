@@ -167,6 +167,12 @@ const encounterCriteria = [
   "%current.type.text.upper() = 'A'",
   '%current.type.text.length() >= 1',
   "%current.type.text.lower().startsWith('a')",
+  // In a FHIRPath string, a pattern's backslash is written twice.
+  "%current.priority.text.matches('^[a-z]+\\\\s[a-z]+$')",
+  "%current.priority.text.matches('(?:ss|ß)')",
+  "%current.priority.text.matches('^.$')",
+  "%current.type.text.matches('b')",
+  "%current.class.code.matches('^a|b$') != %previous.class.code.matches('^a|b$')",
 ];
 
 const patientCriteria = [
