@@ -1,5 +1,5 @@
 import { booleanType, childType, describe, integerType, typeNamed, type ItemType } from './model.ts';
-import { FhirPathRefused, parseFhirPath, type Expression } from './parse.ts';
+import { FhirPathRefused, parseFhirPath, quantitiesRefused, type Expression } from './parse.ts';
 import { postgresRegex } from './regex.ts';
 
 /**
@@ -553,7 +553,7 @@ function common(left: Compiled, right: Compiled, expression: Expression): ItemTy
   for (const side of [left, right]) {
     if (side.type.kind === 'choice')
       throw new FhirPathRefused(describe(side.type), expression.at, 'a choice element is compared only once narrowed with ofType()');
-    if (side.type.kind === 'element' && side.type.path === 'Quantity') throw new FhirPathRefused('Quantity', expression.at, 'quantities are not compared yet');
+    if (side.type.kind === 'element' && side.type.path === 'Quantity') throw new FhirPathRefused('Quantity', expression.at, quantitiesRefused);
   }
   if (left.type.kind === 'nothing') return right.type;
   if (right.type.kind === 'nothing') return left.type;

@@ -40,6 +40,14 @@ export class FhirPathRefused extends Error {
   }
 }
 
+/**
+ * Why quantities are refused: FHIRPath compares them across units (fhirpath.js converts by UCUM: 0.005 'g' = 5 'mg',
+ * 2 'wk' = 14 days), and the units a resource writes are known only when it is written, so comparing only where
+ * the units agree would answer otherwise than FHIRPath wherever they do not.
+ */
+export const quantitiesRefused =
+  "quantities are not compared: FHIRPath converts their units by UCUM (0.005 'g' = 5 'mg'), which the compiler does not translate; compare their values (value.ofType(Quantity).value > 5) where the unit is known";
+
 type Node = { type: string; text?: string; start?: Location; children?: Node[] };
 
 /**
@@ -184,7 +192,7 @@ function literal(node: Node, at: Location): Expression {
       return { kind: 'literal', type: 'Time', value: text.slice(2), at };
     case 'QuantityLiteral':
       // The parser's text runs the number and the unit together (5'mg').
-      throw new FhirPathRefused(`the quantity ${text.replace(/^([-+]?[\d.]+)\s*/, '$1 ')}`, at, 'quantities are not supported yet');
+      throw new FhirPathRefused(`the quantity ${text.replace(/^([-+]?[\d.]+)\s*/, '$1 ')}`, at, quantitiesRefused);
     default:
       throw new FhirPathRefused(node.type, at, 'not supported');
   }

@@ -240,7 +240,7 @@ describe('compiled FHIRPath criteria', () => {
   }
 });
 
-// Expressions generated from the grammar the compiler takes, over Encounter: each atom a test of one element
+// Expressions generated from the grammar the compiler takes. Over Encounter: each atom a test of one element
 // (a singleton, a repeating one, a choice narrowed by ofType(), a dateTime), of %current or %previous or the bare context,
 // composed with the logical operators, not() and iif(). Each is decided on pairs of versions as fhirpath.js decides.
 const version = fc.constantFrom('%current.', '%previous.', '');
@@ -269,23 +269,47 @@ const atom: fc.Arbitrary<string> = fc.oneof(
   fc.constantFrom('true', 'false', '{}'),
 );
 
-const { criteria: generatedCriteria } = fc.letrec<{ criteria: string }>((tie) => ({
-  criteria: fc.oneof(
-    { maxDepth: 3, depthIdentifier: 'criteria' },
-    atom,
-    fc.tuple(tie('criteria'), fc.constantFrom('and', 'or', 'xor', 'implies'), tie('criteria')).map(([a, o, b]) => `(${a}) ${o} (${b})`),
-    tie('criteria').map((a) => `(${a}).not()`),
-    fc.tuple(tie('criteria'), tie('criteria'), tie('criteria')).map(([c, a, b]) => `iif(${c}, ${a}, ${b})`),
-  ),
-}));
+// Over Observation: its value[x] and its components' narrowed with ofType(), tested with is and read with as,
+// compared as strings (=, ~, matches(), upper(), length()), integers, dateTimes and times.
+const observationAtom: fc.Arbitrary<string> = fc.oneof(
+  fc.tuple(version, fc.constantFrom('string', 'boolean', 'integer', 'time', 'dateTime')).map(([v, t]) => `${v}value is ${t}`),
+  fc.tuple(version, fc.constantFrom('=', '!=', '~', '!~'), stringLiteral).map(([v, o, l]) => `${v}value.ofType(string) ${o} ${l}`),
+  fc
+    .tuple(version, fc.constantFrom("matches('^a')", "matches('b$')", "upper() = 'B'", 'length() = 2', "lower() = 'b'"))
+    .map(([v, f]) => `${v}value.ofType(string).${f}`),
+  fc.tuple(version, comparison, fc.constantFrom('-1', '0', '2')).map(([v, o, n]) => `(${v}value as integer) ${o} ${n}`),
+  fc.tuple(version, comparison, dateTimeLiteral).map(([v, o, l]) => `${v}value.ofType(dateTime) ${o} ${l}`),
+  fc.tuple(version, comparison, fc.constantFrom('@T10:30:00', '@T10', '@T23:59:59.000')).map(([v, o, l]) => `${v}value.ofType(time) ${o} ${l}`),
+  fc.constantFrom('=', '!=', '~', '<').map((o) => `%current.value.ofType(integer) ${o} %previous.value.ofType(integer)`),
+  fc.tuple(version, comparison, fc.constantFrom('0', '1', '3')).map(([v, o, n]) => `${v}component.value.ofType(integer).first() ${o} ${n}`),
+  fc.tuple(version, fc.constantFrom('a', 'b')).map(([v, c]) => `${v}component.where(code.coding.code = '${c}').value is integer`),
+  fc.tuple(version, fc.constantFrom('registered', 'final')).map(([v, st]) => `${v}status = '${st}'`),
+  fc.constantFrom('true', 'false', '{}'),
+);
+
+/** Criteria composed of atoms with the logical operators, not() and iif(), three deep at most. */
+function composed(atoms: fc.Arbitrary<string>): fc.Arbitrary<string> {
+  return fc.letrec<{ criteria: string }>((tie) => ({
+    criteria: fc.oneof(
+      { maxDepth: 3, depthIdentifier: 'criteria' },
+      atoms,
+      fc.tuple(tie('criteria'), fc.constantFrom('and', 'or', 'xor', 'implies'), tie('criteria')).map(([a, o, b]) => `(${a}) ${o} (${b})`),
+      tie('criteria').map((a) => `(${a}).not()`),
+      fc.tuple(tie('criteria'), tie('criteria'), tie('criteria')).map(([c, a, b]) => `iif(${c}, ${a}, ${b})`),
+    ),
+  })).criteria;
+}
 
 describe('generated FHIRPath criteria', () => {
-  it('each decide as fhirpath.js on generated version pairs', { timeout: 120_000 }, async () => {
-    const expressions = fc.sample(generatedCriteria, { numRuns: 150, seed });
-    const versions = fc.sample(pairs(encounter), { numRuns: 200, seed: seed + 1 });
+  it.each([
+    ['Encounter', atom, encounter],
+    ['Observation', observationAtom, observation],
+  ] as const)('over %s, each decide as fhirpath.js on generated version pairs', { timeout: 120_000 }, async (resourceType, atoms, resource) => {
+    const expressions = fc.sample(composed(atoms), { numRuns: 150, seed });
+    const versions = fc.sample(pairs(resource), { numRuns: 200, seed: seed + 1 });
     let decidedBothWays = 0;
     for (const expression of expressions) {
-      const answers = await compiledDecisions(database.pool, compileFhirPathCriteria(expression, 'Encounter'), versions);
+      const answers = await compiledDecisions(database.pool, compileFhirPathCriteria(expression, resourceType), versions);
       const disagreements = versions
         .map((pair, index) => ({ pair, sql: answers[index], fhirpath: fhirpathFires(expression, pair) }))
         .filter((result) => result.sql !== result.fhirpath);

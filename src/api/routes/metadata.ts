@@ -88,9 +88,11 @@ function storedResourceCapabilities(type: string) {
 /** What a topic's trigger may say, for a client choosing how to write one (docs/topics.md has the whole of it). */
 const topicTriggerDocumentation =
   "A topic's resourceTrigger is decided in the writing transaction by its queryCriteria and its fhirPathCriteria (both must hold when both are given). " +
-  'fhirPathCriteria is compiled to SQL for this FHIRPath subset: paths over the R4 model, ofType() on choice elements, extension(url), ' +
+  'fhirPathCriteria is compiled to SQL for this FHIRPath subset: paths over the R4 model, ofType(), is and as on choice elements, extension(url), ' +
   'where(), all(), exists(), empty(), count(), first(), last(), not(), iif(), and/or/xor/implies, = != in contains | on strings, numbers, Booleans and elements, ' +
-  '< <= > >= on strings and numbers, startsWith(), endsWith(), contains(), with %current and %previous. Any other construct is refused by name when the topic is added.';
+  "= != < <= > >= on strings, numbers, dates, dateTimes and times (at their precisions; UTC where no offset is given), today() and now() at the write's transaction time, " +
+  '~ !~ of single strings, Booleans, integers, dates and times, startsWith(), endsWith(), contains(), matches() (patterns PostgreSQL matches as JavaScript does), ' +
+  'upper(), lower(), length(), with %current and %previous. Any other construct (quantities among them) is refused by name when the topic is added.';
 
 /**
  * Subscriptions have their own endpoints (the spec's): create or switch off,
