@@ -282,6 +282,10 @@ END) > 0), false)) STORED NOT NULL,
   previous_secret_until timestamp with time zone,
   channel_type text DEFAULT 'rest-hook'::text NOT NULL,
   reactivation_claimed_until timestamp with time zone,
+  max_attempts integer,
+  retry_first_delay_ms integer,
+  retry_delay_growth numeric,
+  retry_max_delay_ms integer,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
   CONSTRAINT subscriptions_channel_type_known CHECK ((channel_type = ANY (ARRAY['rest-hook'::text, 'websocket'::text]))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
@@ -295,6 +299,7 @@ END)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
   CONSTRAINT subscriptions_heartbeat_period_positive CHECK ((heartbeat_period_seconds > 0)),
   CONSTRAINT subscriptions_identifier_key UNIQUE (identifier),
+  CONSTRAINT subscriptions_max_attempts_positive CHECK ((max_attempts > 0)),
   CONSTRAINT subscriptions_max_calls_per_second_positive CHECK ((max_calls_per_second > (0)::numeric)),
   CONSTRAINT subscriptions_max_count_positive CHECK ((max_count > 0)),
   CONSTRAINT subscriptions_on_a_type_or_a_topic CHECK (((topic_id IS NULL) = (resource_type IS NOT NULL))),
@@ -303,6 +308,8 @@ END)),
   CONSTRAINT subscriptions_payload_content_on_a_topic CHECK (((payload_content IS NOT NULL) = (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_pkey PRIMARY KEY (id),
   CONSTRAINT subscriptions_previous_secret_has_an_end CHECK (((previous_signing_secret_encrypted IS NULL) = (previous_secret_until IS NULL))),
+  CONSTRAINT subscriptions_retry_backoff_sane CHECK (((retry_first_delay_ms > 0) AND (retry_delay_growth >= (1)::numeric) AND (retry_max_delay_ms >= retry_first_delay_ms))),
+  CONSTRAINT subscriptions_retry_backoff_whole CHECK ((((retry_first_delay_ms IS NULL) = (retry_delay_growth IS NULL)) AND ((retry_first_delay_ms IS NULL) = (retry_max_delay_ms IS NULL)))),
   CONSTRAINT subscriptions_timeout_positive CHECK ((timeout_seconds > 0)),
   CONSTRAINT subscriptions_topic_filter_only_on_a_topic CHECK (((topic_filter IS NULL) OR (topic_id IS NOT NULL))),
   CONSTRAINT subscriptions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES webhook.subscription_topics(id),
@@ -325,6 +332,10 @@ COMMENT ON COLUMN webhook.subscriptions.previous_signing_secret_encrypted IS 'Th
 COMMENT ON COLUMN webhook.subscriptions.previous_secret_until IS 'The end of the last rotation''s overlap: after it, calls are signed with the current secret only.';
 COMMENT ON COLUMN webhook.subscriptions.channel_type IS 'rest-hook: notifications are POSTed to endpoint; websocket (topic-based only): they go to the clients bound to it, and endpoint is the websocket URL they connect to.';
 COMMENT ON COLUMN webhook.subscriptions.reactivation_claimed_until IS 'A reactivation handshake is in flight until then at most (one per subscription at a time); NULL: none.';
+COMMENT ON COLUMN webhook.subscriptions.max_attempts IS 'Attempts of an event (and of the handshake) before the subscription goes to error; NULL: DELIVERY_MAX_FAILURES.';
+COMMENT ON COLUMN webhook.subscriptions.retry_first_delay_ms IS 'The delay before the first retry, in place of DELIVERY_RETRY_DELAYS_MS; NULL: those.';
+COMMENT ON COLUMN webhook.subscriptions.retry_delay_growth IS 'What each retry''s delay is multiplied by for the next.';
+COMMENT ON COLUMN webhook.subscriptions.retry_max_delay_ms IS 'The longest delay between two attempts.';
 
 CREATE TABLE webhook.websocket_binding_tokens (
   token_sha256 text NOT NULL,

@@ -182,7 +182,13 @@ export async function buildApp({
   await registerWebsocketRoutes(app, { server: websocketServer, maxMessageBytes: websocket.maxMessageBytes });
 
   const serviceBase = `${baseUrl}${fhirBasePath}`;
-  const subscriptions = { box: createSecretBox(secretsEncryptionKey), baseUrl, namingSystem: webhookNamingSystem, responseTimeoutMs };
+  const subscriptions = {
+    box: createSecretBox(secretsEncryptionKey),
+    baseUrl,
+    namingSystem: webhookNamingSystem,
+    responseTimeoutMs,
+    retryPolicyBounds: outbound.delivery.retryPolicyBounds,
+  };
   const calls = createCallContext({ db: database.db, box: subscriptions.box, baseUrl, namingSystem: webhookNamingSystem, logger, ...outbound });
   app.addHook('onClose', () => calls.close());
   await app.register(

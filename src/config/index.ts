@@ -79,6 +79,11 @@ const environmentSchema = z.object({
     .optional(),
   DELIVERY_RETRY_DELAYS_MS: millisecondsList.default([10_000, 60_000]),
   DELIVERY_MAX_FAILURES: wholeNumber(1).default(3),
+  // The bounds of a subscription's own retry policy (src/subscriptions/retry-policy.ts): 18 attempts is
+  // Medplum's bound for its subscription-max-attempts, so that its subscriptions keep their meaning.
+  RETRY_POLICY_MAX_ATTEMPTS: wholeNumber(1, 100).default(18),
+  RETRY_POLICY_MIN_DELAY_MS: milliseconds.default(1_000),
+  RETRY_POLICY_MAX_DELAY_MS: milliseconds.default(24 * 60 * 60 * 1000),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
   WORKER_CONCURRENCY: wholeNumber(1, 1000).default(64),
@@ -161,6 +166,8 @@ export type Config = Readonly<{
     retryDelaysMs: readonly number[];
     /** Consecutive unsuccessful attempts that move a subscription to error. */
     maxFailures: number;
+    /** What a subscription's own retry policy may ask for (RETRY_POLICY_*). */
+    retryPolicyBounds: RetryPolicyBounds;
     connectTimeoutMs: number;
     responseTimeoutMs: number;
     /** Jobs in flight per worker process. */
@@ -192,6 +199,9 @@ export type Config = Readonly<{
   /** Outbound OAuth 2.0 client credentials, when OAUTH_TOKEN_URL is set. */
   oauth: Readonly<{ tokenUrl: string; clientId: string; clientSecret: string; scope: string | undefined; audience: string | undefined }> | undefined;
 }>;
+
+/** What a subscription's own retry policy may ask for: attempts at most, and its delays between these. */
+export type RetryPolicyBounds = Readonly<{ maxAttempts: number; minDelayMs: number; maxDelayMs: number }>;
 
 export type WebsocketLimits = Readonly<{
   /** Clients one API process holds at most (bound or not). */
@@ -234,6 +244,11 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       'Invalid configuration:\n  DATABASE_DIRECT_URL is set, so DATABASE_URL is required: the direct URL is for the sessions that bypass the pooler DATABASE_URL names',
     );
   }
+  if (env.RETRY_POLICY_MIN_DELAY_MS > env.RETRY_POLICY_MAX_DELAY_MS) {
+    throw new ConfigError(
+      `Invalid configuration:\n  RETRY_POLICY_MIN_DELAY_MS (${env.RETRY_POLICY_MIN_DELAY_MS}) must not be greater than RETRY_POLICY_MAX_DELAY_MS (${env.RETRY_POLICY_MAX_DELAY_MS})`,
+    );
+  }
   if (env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN <= env.DELIVERY_PARALLEL_CALLS) {
     throw new ConfigError(
       `Invalid configuration:\n  DELIVERY_MAX_CONNECTIONS_PER_ORIGIN (${env.DELIVERY_MAX_CONNECTIONS_PER_ORIGIN}) must be greater than DELIVERY_PARALLEL_CALLS (${env.DELIVERY_PARALLEL_CALLS}): ` +
@@ -259,6 +274,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     delivery: {
       retryDelaysMs: env.DELIVERY_RETRY_DELAYS_MS,
       maxFailures: env.DELIVERY_MAX_FAILURES,
+      retryPolicyBounds: { maxAttempts: env.RETRY_POLICY_MAX_ATTEMPTS, minDelayMs: env.RETRY_POLICY_MIN_DELAY_MS, maxDelayMs: env.RETRY_POLICY_MAX_DELAY_MS },
       connectTimeoutMs: env.DELIVERY_CONNECT_TIMEOUT_MS,
       responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,
       concurrency: env.WORKER_CONCURRENCY,

@@ -98,6 +98,12 @@ export interface SubscriptionsTable {
   max_calls_per_second: ColumnType<string | null, number | null, number | null>;
   /** Calls in flight at once at most, within DELIVERY_PARALLEL_CALLS (migration 0024); null: 1 on a topic, else DELIVERY_PARALLEL_CALLS. */
   parallel_calls: number | null;
+  /** The subscription's retry policy (migration 0038); null: DELIVERY_MAX_FAILURES and DELIVERY_RETRY_DELAYS_MS. */
+  max_attempts: number | null;
+  retry_first_delay_ms: number | null;
+  /** numeric, read as text. */
+  retry_delay_growth: ColumnType<string | null, number | null, number | null>;
+  retry_max_delay_ms: number | null;
   deactivations_in_a_row: Generated<number>;
   reactivation_not_before: Date | null;
   /** A reactivation handshake is in flight until then at most (migration 0033); null: none. */

@@ -15,6 +15,7 @@ import type { SecretBox } from '../subscriptions/secrets.ts';
 import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
 import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
 import type { VersionEvent } from '../db/jobs.ts';
+import type { RetrySchedule } from './events/retry-delay.ts';
 
 /**
  * What every dispatcher task shares: the subscriber as a task sees it
@@ -99,6 +100,8 @@ export type Target = {
    * number order, and DELIVERY_PARALLEL_CALLS for a classic one.
    */
   parallelCalls: number;
+  /** Its attempts and the delays between them: its own retry policy, else DELIVERY_MAX_FAILURES and DELIVERY_RETRY_DELAYS_MS. */
+  retry: RetrySchedule;
 };
 
 export type TopicTarget = {
@@ -135,6 +138,10 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
       's.max_calls_per_second',
       's.parallel_calls',
       's.channel_type',
+      's.max_attempts',
+      's.retry_first_delay_ms',
+      's.retry_delay_growth',
+      's.retry_max_delay_ms',
       'topic.url as topic_url',
       'topic.compiled as topic_compiled',
     ])
@@ -175,6 +182,14 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     parallelCalls:
       row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
+    retry: {
+      maxFailures: row.max_attempts ?? context.delivery.maxFailures,
+      retryDelaysMs: context.delivery.retryDelaysMs,
+      backoff:
+        row.retry_first_delay_ms === null || row.retry_delay_growth === null || row.retry_max_delay_ms === null
+          ? undefined
+          : { firstDelayMs: row.retry_first_delay_ms, growth: Number(row.retry_delay_growth), maxDelayMs: row.retry_max_delay_ms },
+    },
   };
 }
 

@@ -10,6 +10,8 @@ import { required } from '../channels/element.ts';
 import { channelNamed, registeredChannels } from '../channels/registry.ts';
 import { secretHeaderValues } from '../channels/rest-hook/element.ts';
 import { backport } from '../topics/backport.ts';
+import type { RetryPolicyBounds } from '../config/index.ts';
+import { parseRetryPolicy, type RetryPolicy } from './retry-policy.ts';
 
 /**
  * What a POST of a Subscription asks for, validated. Refusals use the spec's
@@ -53,6 +55,8 @@ type Channel = {
   maxCallsPerSecond: number | undefined;
   /** The calls in flight at once the subscription asks for (the parallel-calls extension on channel). */
   parallelCalls: number | undefined;
+  /** Its attempts and delays, when it says its own (src/subscriptions/retry-policy.ts). */
+  retryPolicy: RetryPolicy;
 };
 
 /** What a request is checked against besides itself. */
@@ -61,6 +65,8 @@ export type RequestLimits = {
   responseTimeoutMs: number;
   /** Public base URL, without a trailing slash: the service's own extensions are named under it. */
   baseUrl: string;
+  /** What a subscription's own retry policy may ask for (RETRY_POLICY_*). */
+  retryPolicyBounds: RetryPolicyBounds;
 };
 
 /**
@@ -146,6 +152,12 @@ export const subscriptionResource = z.looseObject({
   meta: z.looseObject({ versionId: z.string(), lastUpdated: z.string(), tag: z.array(z.object({ system: z.string(), code: z.string() })) }).optional(),
   status: z.enum(subscriptionStatuses),
   criteria: criteriaField,
+  extension: z
+    .array(extension)
+    .optional()
+    .describe(
+      "Its retry policy: the service's retry-policy (maxAttempts, firstDelay, growth, maxDelay), HAPI's subscription-delivery-retry-count or Medplum's subscription-max-attempts (docs/subscriptions.md)",
+    ),
   _criteria: extensions.optional().describe('On a topic: its filters, backport-filter-criteria extensions (valueString Encounter?patient=Patient/123)'),
   reason: reasonField,
   error: z.string().optional(),
@@ -219,6 +231,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
     headers,
     clientSecret: secrets[0],
     contactEmails: contacts.map((item) => item.value),
+    retryPolicy: parseRetryPolicy(extensionsAt('Subscription', resource), channelExtensions, limits.retryPolicyBounds, limits.baseUrl),
     ...(receivers.at === 'endpoint' ? callSettings(channelExtensions, limits) : refuseCallSettings(type, channelExtensions, limits)),
   };
   if (onTopic) {

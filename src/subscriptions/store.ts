@@ -23,6 +23,7 @@ import type { CompiledCriteria } from '../search/criteria.ts';
 import { backport } from '../topics/backport.ts';
 import { compileFilterCriteria, type CompiledFilters } from '../topics/compile.ts';
 import { canonicalOf, findTopic } from '../topics/store.ts';
+import { retryPolicyExtensions, type RetryPolicy } from './retry-policy.ts';
 
 /** What rendering and storing a subscription needs besides the database. */
 export type SubscriptionContext = {
@@ -147,6 +148,10 @@ async function create(db: Db, context: SubscriptionContext, request: Extract<Sub
       contact_emails: request.contactEmails,
       max_calls_per_second: request.maxCallsPerSecond ?? null,
       parallel_calls: request.parallelCalls ?? null,
+      max_attempts: request.retryPolicy.maxAttempts ?? null,
+      retry_first_delay_ms: request.retryPolicy.backoff?.firstDelayMs ?? null,
+      retry_delay_growth: request.retryPolicy.backoff?.growth ?? null,
+      retry_max_delay_ms: request.retryPolicy.backoff?.maxDelayMs ?? null,
       error: null,
       ended_at: null,
       created_by_api_key: caller.apiKeyId,
@@ -297,9 +302,11 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
     ...(row.parallel_calls === null ? [] : [{ url: parallelCallsExtension(context.baseUrl), valuePositiveInt: row.parallel_calls }]),
     ...backportChannelExtensions(row),
   ];
+  const extensions = retryPolicyExtensions(retryPolicyOf(row), context.baseUrl);
   return {
     resourceType: 'Subscription',
     id: row.id,
+    ...(extensions.length === 0 ? {} : { extension: extensions }),
     meta: {
       versionId: String(row.version_id),
       lastUpdated: row.last_updated_text,
@@ -324,6 +331,17 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
       ...(onTopic ? { _payload: { extension: [{ url: backport.payloadContent, valueCode: row.payload_content }] } } : {}),
       ...(headers.length === 0 ? {} : { header: headers }),
     },
+  };
+}
+
+/** The retry policy a subscription was created with (src/subscriptions/retry-policy.ts). */
+function retryPolicyOf(row: Row): RetryPolicy {
+  return {
+    maxAttempts: row.max_attempts ?? undefined,
+    backoff:
+      row.retry_first_delay_ms === null || row.retry_delay_growth === null || row.retry_max_delay_ms === null
+        ? undefined
+        : { firstDelayMs: row.retry_first_delay_ms, growth: Number(row.retry_delay_growth), maxDelayMs: row.retry_max_delay_ms },
   };
 }
 

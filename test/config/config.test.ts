@@ -21,6 +21,7 @@ describe('configuration from the environment', () => {
       delivery: {
         retryDelaysMs: [10_000, 60_000],
         maxFailures: 3,
+        retryPolicyBounds: { maxAttempts: 18, minDelayMs: 1_000, maxDelayMs: 86_400_000 },
         connectTimeoutMs: 5_000,
         responseTimeoutMs: 15_000,
         concurrency: 64,
@@ -51,6 +52,12 @@ describe('configuration from the environment', () => {
     expect(loadConfig({ PORT: '9000' }).baseUrl).toBe('http://localhost:9000');
     expect(loadConfig({ BASE_URL: 'https://fhir.example.org/' }).baseUrl).toBe('https://fhir.example.org');
     expect(loadConfig({ DATABASE_URL: '', MIGRATE_ON_START: 'false' })).toMatchObject({ databaseUrl: undefined, migrateOnStart: false });
+  });
+
+  it("refuses a retry policy's shortest delay above its longest", () => {
+    expect(() => loadConfig({ RETRY_POLICY_MIN_DELAY_MS: '5000', RETRY_POLICY_MAX_DELAY_MS: '1000' })).toThrow(
+      /RETRY_POLICY_MIN_DELAY_MS \(5000\) must not be greater than RETRY_POLICY_MAX_DELAY_MS \(1000\)/,
+    );
   });
 
   it('needs the client credentials when OAUTH_TOKEN_URL is set', () => {

@@ -7,6 +7,7 @@ import { Agent, request } from 'undici';
 import { buildApp } from '../../../src/api/app.ts';
 import { createApiKey } from '../../../src/auth/api-keys.ts';
 import { connectDatabase, type DatabaseHandle } from '../../../src/db/database.ts';
+import { loadConfig } from '../../../src/config/index.ts';
 import { createSecretBox } from '../../../src/subscriptions/secrets.ts';
 import type { SubscriptionContext } from '../../../src/subscriptions/store.ts';
 import type { BenchReceiver } from '../../support/bench-receiver.ts';
@@ -86,6 +87,7 @@ const subscriptionContext: SubscriptionContext = {
   baseUrl: 'http://localhost:8080',
   namingSystem: 'webhook',
   responseTimeoutMs: 15_000,
+  retryPolicyBounds: loadConfig({}).delivery.retryPolicyBounds,
 };
 
 /**

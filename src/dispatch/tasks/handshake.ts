@@ -6,7 +6,8 @@ import { enqueueJob, type JobPayload } from '../../db/jobs.ts';
 /**
  * subscription_handshake: the first call to a new subscription. 2xx makes it
  * active; a retryable failure is tried again, up to DELIVERY_MAX_FAILURES
- * attempts; a permanent failure, or the last attempt failing, puts it in error.
+ * attempts (or its retry policy's); a permanent failure, or the last attempt
+ * failing, puts it in error.
  */
 export async function handshake(
   context: DispatchContext,
@@ -21,7 +22,7 @@ export async function handshake(
     { body: handshakeBundle(context, target), message: 'handshake', type: 'handshake', lastEventNumber: null },
     signal,
   );
-  const delay = result.verdict === 'retryable' ? retryDelay(context.delivery, attempt, result.retryAfterSeconds) : undefined;
+  const delay = result.verdict === 'retryable' ? retryDelay(target.retry, attempt, result.retryAfterSeconds) : undefined;
   const reason = `Handshake failed: ${describeFailure(result, target.endpoint)}`;
   const record = await context.db.transaction().execute(async (db) => {
     if (result.verdict === 'delivered') {

@@ -23,6 +23,13 @@ describe('retryDelay', () => {
     expect(retryDelay({ maxFailures: 1, retryDelaysMs: [1_000] }, 1, 30, middle)).toBeUndefined();
   });
 
+  it("follows a subscription's backoff in place of the list: multiplied at each retry, up to its longest delay", () => {
+    const backoff = { ...schedule, maxFailures: 7, backoff: { firstDelayMs: 500, growth: 3, maxDelayMs: 20_000 } };
+    expect([1, 2, 3, 4, 5, 6].map((attempt) => retryDelay(backoff, attempt, undefined, middle))).toEqual([500, 1_500, 4_500, 13_500, 20_000, 20_000]);
+    expect(retryDelay(backoff, 7, undefined, middle)).toBeUndefined();
+    expect(retryDelay({ ...backoff, backoff: { firstDelayMs: 2_000, growth: 1, maxDelayMs: 2_000 } }, 3, undefined, middle)).toBe(2_000);
+  });
+
   it('jitters each delay by ±20%', () => {
     expect(retryDelay(schedule, 2, undefined, () => 0)).toBe(8_000);
     expect(retryDelay(schedule, 2, undefined, () => 0.25)).toBe(9_000);

@@ -12,11 +12,11 @@ import { callResult, claimedEvent, claimedEvents } from './claimed-events.ts';
  */
 
 const now = new Date('2026-11-27T12:00:00Z');
-const target = { id: '00000000-0000-4000-8000-000000000001' };
+const target = { id: '00000000-0000-4000-8000-000000000001', retry: { maxFailures: 3, retryDelaysMs: [1_000, 5_000] } };
 const later = (ms: number) => new Date(now.getTime() + ms);
 
 const warn = vi.fn<(...args: unknown[]) => void>();
-const context: JudgeContext = { delivery: { maxFailures: 3, retryDelaysMs: [1_000, 5_000] }, logger: { warn } };
+const context: JudgeContext = { logger: { warn } };
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['Date'], now });
   vi.spyOn(Math, 'random').mockReturnValue(0.5);
@@ -79,6 +79,15 @@ describe('judge', () => {
     ]);
     const asked = judge(context, target, notifications([claimedEvent(1)]), [callResult('retryable', { retryAfterSeconds: 30 })]);
     expect(asked.outcomes[0]!.notBefore).toEqual(later(30_000));
+  });
+
+  it("follows the subscription's own retry policy: its attempts and its backoff", () => {
+    const once = { ...target, retry: { ...target.retry, maxFailures: 1 } };
+    expect(judge(context, once, notifications([claimedEvent(1)]), [callResult('retryable')]).exhausted?.event.eventNumber).toBe(1);
+    const backoff = { ...target, retry: { ...target.retry, maxFailures: 5, backoff: { firstDelayMs: 2_000, growth: 3, maxDelayMs: 10_000 } } };
+    const notBefore = (attempts: number) =>
+      judge(context, backoff, notifications([claimedEvent(1, { attempts })]), [callResult('retryable')]).outcomes[0]!.notBefore;
+    expect([0, 1, 2].map(notBefore)).toEqual([later(2_000), later(6_000), later(10_000)]);
   });
 
   it('fails the events of a last attempt that failed: the first of them exhausts the subscription', () => {

@@ -3,7 +3,7 @@ import type { CallResult } from '../../../channels/channel.ts';
 import { eventKey } from '../../../db/jobs.ts';
 import type { AttemptRow, EventOutcome } from '../log.ts';
 import type { ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
-import { retryDelay, type RetrySchedule } from '../retry-delay.ts';
+import { retryDelay } from '../retry-delay.ts';
 import type { NotificationOfEvents } from './build.ts';
 import type { Sent } from './send.ts';
 
@@ -33,15 +33,21 @@ export type Verdict = {
   delivered: boolean;
 };
 
-/** What judging needs of the dispatch context: the retry schedule, and a logger for the notifications gone. */
-export type JudgeContext = { delivery: RetrySchedule; logger: Pick<DispatchContext['logger'], 'warn'> };
+/** What judging needs of the dispatch context: a logger for the notifications gone. */
+export type JudgeContext = { logger: Pick<DispatchContext['logger'], 'warn'> };
 
 /** A verdict on nothing yet: what judge starts from. */
 export function emptyVerdict(): Verdict {
   return { outcomes: [], records: [], calls: [], retried: 0, exhausted: undefined, lastRefusal: undefined, trailingRefusals: 0, delivered: false };
 }
 
-export function judge(context: JudgeContext, target: Pick<Target, 'id'>, notifications: Pick<NotificationOfEvents, 'events'>[], results: Sent[]): Verdict {
+/** The verdict on a claim's calls to `target`, whose retry schedule (its own policy, or the service's) spaces and ends the retries. */
+export function judge(
+  context: JudgeContext,
+  target: Pick<Target, 'id' | 'retry'>,
+  notifications: Pick<NotificationOfEvents, 'events'>[],
+  results: Sent[],
+): Verdict {
   const verdict = emptyVerdict();
   // Events not sent after a retryable failure wait as long as the longest retry; after a shutdown, not at all.
   let unsentWaitMs = 0;
@@ -72,7 +78,7 @@ export function judge(context: JudgeContext, target: Pick<Target, 'id'>, notific
     } else if (result.verdict === 'retryable') {
       // One delay for the notification, so that its events come due together and are sent again as one;
       // jittered, so that a blip of the subscriber does not fail several notifications at once.
-      const delay = retryDelay(context.delivery, Math.max(...events.map((event) => event.attempts)) + 1, result.retryAfterSeconds);
+      const delay = retryDelay(target.retry, Math.max(...events.map((event) => event.attempts)) + 1, result.retryAfterSeconds);
       if (delay === undefined) {
         verdict.exhausted ??= { event: first, result };
         outcome('failed');

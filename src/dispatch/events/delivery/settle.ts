@@ -41,7 +41,7 @@ export async function settle(
   const deactivation = await context.db.transaction().execute(async (db) => {
     await settleClaim(db, claim, outcomes, records, { resetFailureCount: false, nextCallAt });
     const refusedInARow = await countRefusals(db, target.id, verdict);
-    const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= context.delivery.maxFailures ? lastRefusal : undefined);
+    const deactivating = exhausted ?? (refusedInARow !== undefined && refusedInARow >= target.retry.maxFailures ? lastRefusal : undefined);
     // The subscription goes to error: its pending events are abandoned with it (a trigger), like any later event.
     return deactivating === undefined ? undefined : deactivateFor(db, target, deactivating.event, deactivating.result);
   });
