@@ -12,6 +12,7 @@ import { channelOf } from '../channels/registry.ts';
 import { createRestHookCalls, type RestHookCalls } from '../channels/rest-hook/calls.ts';
 import { wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
+import { retryPolicyOf, type RetryPolicy } from '../subscriptions/retry-policy.ts';
 import type { CompiledTopic, TopicShape } from '../topics/compile.ts';
 import { notificationBundle, statusParameters, type StatusSubject } from '../topics/notification.ts';
 import type { VersionEvent } from '../db/jobs.ts';
@@ -182,15 +183,13 @@ export async function loadTarget(context: CallContext, id: string): Promise<Targ
     parallelCalls:
       row.parallel_calls === null ? (topic === undefined ? context.delivery.parallelCalls : 1) : Math.min(row.parallel_calls, context.delivery.parallelCalls),
     topic,
-    retry: {
-      maxFailures: row.max_attempts ?? context.delivery.maxFailures,
-      retryDelaysMs: context.delivery.retryDelaysMs,
-      backoff:
-        row.retry_first_delay_ms === null || row.retry_delay_growth === null || row.retry_max_delay_ms === null
-          ? undefined
-          : { firstDelayMs: row.retry_first_delay_ms, growth: Number(row.retry_delay_growth), maxDelayMs: row.retry_max_delay_ms },
-    },
+    retry: retryScheduleOf(retryPolicyOf(row), context.delivery),
   };
+}
+
+/** A subscription's retries: its own policy where it says one, else the service's settings. */
+function retryScheduleOf(policy: RetryPolicy, delivery: Config['delivery']): RetrySchedule {
+  return { maxFailures: policy.maxAttempts ?? delivery.maxFailures, retryDelaysMs: delivery.retryDelaysMs, backoff: policy.backoff };
 }
 
 /**

@@ -135,6 +135,22 @@ function durationMs(item: Extension, name: string): number {
   return ms;
 }
 
+/** The retry policy a subscription was stored with (webhook.subscriptions' columns, migration 0038). */
+export function retryPolicyOf(row: {
+  max_attempts: number | null;
+  retry_first_delay_ms: number | null;
+  retry_delay_growth: string | null;
+  retry_max_delay_ms: number | null;
+}): RetryPolicy {
+  return {
+    maxAttempts: row.max_attempts ?? undefined,
+    backoff:
+      row.retry_first_delay_ms === null || row.retry_delay_growth === null || row.retry_max_delay_ms === null
+        ? undefined
+        : { firstDelayMs: row.retry_first_delay_ms, growth: Number(row.retry_delay_growth), maxDelayMs: row.retry_max_delay_ms },
+  };
+}
+
 /** The policy as the service's extension, for a subscription's representation; none when it has none. */
 export function retryPolicyExtensions(policy: RetryPolicy, baseUrl: string): Extension[] {
   if (policy.maxAttempts === undefined && policy.backoff === undefined) return [];

@@ -23,7 +23,7 @@ import type { CompiledCriteria } from '../search/criteria.ts';
 import { backport } from '../topics/backport.ts';
 import { compileFilterCriteria, type CompiledFilters } from '../topics/compile.ts';
 import { canonicalOf, findTopic } from '../topics/store.ts';
-import { retryPolicyExtensions, type RetryPolicy } from './retry-policy.ts';
+import { retryPolicyExtensions, retryPolicyOf } from './retry-policy.ts';
 
 /** What rendering and storing a subscription needs besides the database. */
 export type SubscriptionContext = {
@@ -331,17 +331,6 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
       ...(onTopic ? { _payload: { extension: [{ url: backport.payloadContent, valueCode: row.payload_content }] } } : {}),
       ...(headers.length === 0 ? {} : { header: headers }),
     },
-  };
-}
-
-/** The retry policy a subscription was created with (src/subscriptions/retry-policy.ts). */
-function retryPolicyOf(row: Row): RetryPolicy {
-  return {
-    maxAttempts: row.max_attempts ?? undefined,
-    backoff:
-      row.retry_first_delay_ms === null || row.retry_delay_growth === null || row.retry_max_delay_ms === null
-        ? undefined
-        : { firstDelayMs: row.retry_first_delay_ms, growth: Number(row.retry_delay_growth), maxDelayMs: row.retry_max_delay_ms },
   };
 }
 
