@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { brokersSetting, type Brokers } from './brokers.ts';
 
 /** How long a subscriber may take to answer a call, unless DELIVERY_RESPONSE_TIMEOUT_MS says otherwise (the API needs it too: a backport-timeout may not exceed it). */
 export const defaultResponseTimeoutMs = 15_000;
@@ -84,6 +85,7 @@ const environmentSchema = z.object({
   RETRY_POLICY_MAX_ATTEMPTS: wholeNumber(1, 100).default(18),
   RETRY_POLICY_MIN_DELAY_MS: milliseconds.default(1_000),
   RETRY_POLICY_MAX_DELAY_MS: milliseconds.default(24 * 60 * 60 * 1000),
+  BROKERS: brokersSetting.optional(),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),
   WORKER_CONCURRENCY: wholeNumber(1, 1000).default(64),
@@ -168,6 +170,8 @@ export type Config = Readonly<{
     maxFailures: number;
     /** What a subscription's own retry policy may ask for (RETRY_POLICY_*). */
     retryPolicyBounds: RetryPolicyBounds;
+    /** The message brokers subscriptions may publish to, by name (BROKERS; src/config/brokers.ts). */
+    brokers: Brokers;
     connectTimeoutMs: number;
     responseTimeoutMs: number;
     /** Jobs in flight per worker process. */
@@ -274,6 +278,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     delivery: {
       retryDelaysMs: env.DELIVERY_RETRY_DELAYS_MS,
       maxFailures: env.DELIVERY_MAX_FAILURES,
+      brokers: env.BROKERS ?? {},
       retryPolicyBounds: { maxAttempts: env.RETRY_POLICY_MAX_ATTEMPTS, minDelayMs: env.RETRY_POLICY_MIN_DELAY_MS, maxDelayMs: env.RETRY_POLICY_MAX_DELAY_MS },
       connectTimeoutMs: env.DELIVERY_CONNECT_TIMEOUT_MS,
       responseTimeoutMs: env.DELIVERY_RESPONSE_TIMEOUT_MS,

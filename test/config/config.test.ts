@@ -22,6 +22,7 @@ describe('configuration from the environment', () => {
         retryDelaysMs: [10_000, 60_000],
         maxFailures: 3,
         retryPolicyBounds: { maxAttempts: 18, minDelayMs: 1_000, maxDelayMs: 86_400_000 },
+        brokers: {},
         connectTimeoutMs: 5_000,
         responseTimeoutMs: 15_000,
         concurrency: 64,
@@ -58,6 +59,30 @@ describe('configuration from the environment', () => {
     expect(() => loadConfig({ RETRY_POLICY_MIN_DELAY_MS: '5000', RETRY_POLICY_MAX_DELAY_MS: '1000' })).toThrow(
       /RETRY_POLICY_MIN_DELAY_MS \(5000\) must not be greater than RETRY_POLICY_MAX_DELAY_MS \(1000\)/,
     );
+  });
+
+  it('reads BROKERS, and names a bad one by its name and field, never by its URL', () => {
+    const brokers = { events: { type: 'nats-jetstream', url: 'nats://user:s3cret@127.0.0.1:4222', subjects: ['fhir.>', 'audit.*.done'] } };
+    expect(loadConfig({ BROKERS: JSON.stringify(brokers) }).delivery.brokers).toEqual(brokers);
+    const refused = (value: unknown) => {
+      try {
+        loadConfig({ BROKERS: typeof value === 'string' ? value : JSON.stringify(value) });
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return 'accepted';
+    };
+    expect(refused('{not json')).toContain('BROKERS: expected a JSON object of broker connections by name');
+    expect(refused({ Events: brokers.events })).toContain('the broker name "Events" must be lower-case letters, digits and dashes');
+    expect(refused({ events: { ...brokers.events, url: 'http://user:s3cret@127.0.0.1' } })).toContain(
+      'broker events: url: url must be a nats:// or tls:// URL',
+    );
+    expect(refused({ events: { ...brokers.events, url: 'http://user:s3cret@127.0.0.1' } })).not.toContain('s3cret');
+    expect(refused({ events: { ...brokers.events, subjects: ['fhir.>.x'] } })).toContain(
+      'broker events: subjects.0: each of subjects must be a NATS subject or pattern',
+    );
+    expect(refused({ events: { ...brokers.events, subjects: [] } })).toContain('subjects must name at least one subject or pattern');
+    expect(refused({ events: { ...brokers.events, type: 'kafka' } })).toContain('broker events: type: type must be nats-jetstream');
   });
 
   it('needs the client credentials when OAUTH_TOKEN_URL is set', () => {
