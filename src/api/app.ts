@@ -188,6 +188,7 @@ export async function buildApp({
     namingSystem: webhookNamingSystem,
     responseTimeoutMs,
     retryPolicyBounds: outbound.delivery.retryPolicyBounds,
+    brokers: outbound.delivery.brokers,
   };
   const calls = createCallContext({ db: database.db, box: subscriptions.box, baseUrl, namingSystem: webhookNamingSystem, logger, ...outbound });
   app.addHook('onClose', () => calls.close());

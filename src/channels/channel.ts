@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import type { Brokers } from '../config/brokers.ts';
 import type { Config } from '../config/index.ts';
 import type { Db } from '../db/database.ts';
 import type { ChannelType } from '../db/schema.ts';
@@ -135,6 +136,16 @@ export type Channel<Context extends ChannelContext = ChannelContext> = {
   paced: boolean;
   /** Whether only a topic-based subscription (Backport IG) may use it; a classic one keeps the specification's rest-hook. */
   topicOnly: boolean;
+  /**
+   * A channel R4 has no code for (the Backport IG's custom channels): its
+   * Subscription.channel.type is `r4Type`, and the backport-channel-type
+   * extension on it (channel._type) carries this channel's type as a code of
+   * the service's own system (src/channels/registry.ts). Absent for rest-hook
+   * and websocket, whose types are R4's own codes.
+   */
+  custom?: { r4Type: string };
+  /** Why a request's endpoint may not be used, beyond what the element checks (the operator's brokers); undefined when it may. */
+  endpointRefusal?(endpoint: string, settings: { brokers: Brokers }): string | undefined;
   /**
    * The Subscription.channel it accepts (type, endpoint, payload, header):
    * what a request is checked against (src/subscriptions/requests.ts) and

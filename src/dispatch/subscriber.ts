@@ -10,6 +10,7 @@ import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint, type CallResult, type Notification } from '../channels/channel.ts';
 import { channelOf } from '../channels/registry.ts';
 import { createRestHookCalls, type RestHookCalls } from '../channels/rest-hook/calls.ts';
+import { NatsConnections } from '../channels/nats-jetstream/connections.ts';
 import { wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import { retryPolicyOf, type RetryPolicy } from '../subscriptions/retry-policy.ts';
@@ -26,6 +27,8 @@ import type { RetrySchedule } from './events/retry-delay.ts';
  */
 
 export type DispatchContext = RestHookCalls & {
+  /** The process's connections to the operator's NATS brokers (src/channels/nats-jetstream/). */
+  nats: NatsConnections;
   db: Db;
   /** graphile-worker's utilities on the workers' pool (its queue cleanup). */
   workerUtils: WorkerUtils;
@@ -68,7 +71,13 @@ export type CallSettings = {
  */
 export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
   const { calls, close } = createRestHookCalls(settings.delivery, oauth);
-  return { context: { ...settings, ...calls }, close };
+  const nats = new NatsConnections(settings.delivery.brokers);
+  return {
+    context: { ...settings, ...calls, nats },
+    close: async () => {
+      await Promise.all([close(), nats.close()]);
+    },
+  };
 }
 
 /** A subscription as a task sees it: its secrets decrypted. */

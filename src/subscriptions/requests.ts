@@ -7,7 +7,8 @@ import { maxQueryLength } from '../search/query.ts';
 import { payloadContents, subscriptionStatuses, type ChannelType, type PayloadContent } from '../db/schema.ts';
 import type { ChannelElement } from '../channels/channel.ts';
 import { required } from '../channels/element.ts';
-import { channelNamed, registeredChannels } from '../channels/registry.ts';
+import { registeredChannels, requestedChannel } from '../channels/registry.ts';
+import type { Brokers } from '../config/brokers.ts';
 import { secretHeaderValues } from '../channels/rest-hook/element.ts';
 import { backport } from '../topics/backport.ts';
 import type { RetryPolicyBounds } from '../config/index.ts';
@@ -67,6 +68,8 @@ export type RequestLimits = {
   baseUrl: string;
   /** What a subscription's own retry policy may ask for (RETRY_POLICY_*). */
   retryPolicyBounds: RetryPolicyBounds;
+  /** The message brokers a subscription may name (BROKERS). */
+  brokers: Brokers;
 };
 
 /**
@@ -206,7 +209,7 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
 
   if (resource.status === 'off') return { status: 'off', criteria, filterCriteria };
   if (resource.status !== 'requested') throw refusal('Subscriptions must start with status=requested');
-  const named = channelNamed((resource.channel as { type?: unknown } | undefined)?.type);
+  const named = requestedChannel(resource.channel, limits.baseUrl);
   // A classic subscription keeps the specification's channels (unusableChannel refuses the others).
   const channel = named !== undefined && (onTopic || !named.topicOnly) ? named : undefined;
   const parsed = requestSchema(channel?.element ?? unusableChannel).safeParse(resource);
@@ -215,6 +218,9 @@ export function parseSubscriptionRequest(body: unknown, limits: RequestLimits): 
   const element = parsed.data.channel as ChannelElement;
   // unusableChannel refused the channels the subscription may not use.
   const { type, receivers } = channel!;
+  // What the element cannot judge alone: a broker's destination against the operator's brokers.
+  const endpointProblem = receivers.at === 'endpoint' ? channel!.endpointRefusal?.(element.endpoint!, limits) : undefined;
+  if (endpointProblem !== undefined) throw refusal(endpointProblem);
 
   const headers = element.header ?? [];
   const secrets = secretHeaderValues(headers);

@@ -5,7 +5,7 @@ import { inTransaction, type Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
 import { criteriaDigest } from '../db/sql/criteria-digest.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
-import { channelOf } from '../channels/registry.ts';
+import { channelOf, channelTypeElement } from '../channels/registry.ts';
 import { isUuid, subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
@@ -324,7 +324,7 @@ function render(row: Row, context: SubscriptionContext, reason: 'stored' | { ech
     ...(row.error === null ? {} : { error: row.error }),
     channel: {
       ...(channelExtensions.length === 0 ? {} : { extension: channelExtensions }),
-      type: row.channel_type,
+      ...channelTypeElement(row.channel_type, context.baseUrl),
       // A channel whose receivers connect to the service names no endpoint.
       ...(channelOf(row.channel_type).receivers.at === 'service' ? {} : { endpoint: wholeEndpoint(row, context.box) }),
       ...(row.payload === null ? {} : { payload: row.payload }),

@@ -4,12 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShutdownAbort, type CallResult, type ChannelTarget, type Notification } from '../../src/channels/channel.ts';
 import { registeredChannels, type SendContext } from '../../src/channels/registry.ts';
 import { createRestHookCalls } from '../../src/channels/rest-hook/calls.ts';
+import { NatsConnections } from '../../src/channels/nats-jetstream/connections.ts';
 import { loadConfig } from '../../src/config/index.ts';
 import { connectDatabase } from '../../src/db/database.ts';
 import type { ChannelType } from '../../src/db/schema.ts';
 import { notificationBundle, statusParameters } from '../../src/topics/notification.ts';
 import { addTopics } from '../../src/topics/store.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
+import { createTestStream, natsUrl, type TestStream } from '../support/nats.ts';
 import { freePort, startReceiver, waitFor, type Receiver } from '../support/receiver.ts';
 
 /**
@@ -41,20 +43,31 @@ const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
 
 let t: TestApp;
 let context: SendContext;
+let stream: TestStream;
 const closing: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
   t = await startTestApp({ listen: true });
   await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
-  const delivery = { ...loadConfig({}).delivery, allowPrivateNetworks: true };
+  stream = await createTestStream();
+  closing.push(() => stream.close());
+  // A broker where nothing answers (unreachable), and the machine's, whose subjects of this file's stream subscriptions may take.
+  const brokers = {
+    events: { type: 'nats-jetstream' as const, url: natsUrl, subjects: [`${stream.prefix}.>`] },
+    nowhere: { type: 'nats-jetstream' as const, url: `nats://127.0.0.1:${await freePort()}`, subjects: ['>'] },
+  };
+  const delivery = { ...loadConfig({}).delivery, allowPrivateNetworks: true, brokers, responseTimeoutMs: 2_000 };
   const { calls, close } = createRestHookCalls(delivery, undefined);
   closing.push(close);
+  const nats = new NatsConnections(brokers);
+  closing.push(() => nats.close());
   context = {
     db: t.database.db,
     delivery,
     logger: { info: () => undefined, warn: () => undefined },
     metrics: { tokenRequestFailed: () => undefined },
     ...calls,
+    nats,
   };
 });
 
@@ -141,6 +154,15 @@ const harnesses: { [Type in ChannelType]: Harness } = {
       return { context: { ...context, db: absent.db }, target: targetAt('ws://unused') };
     },
     refuses: null,
+  },
+  'nats-jetstream': {
+    takes: async () => {
+      const target = targetAt(`nats-jetstream://events/${stream.prefix}.contract`);
+      return { context, target, received: async () => (await stream.messages(1))[0]!.json() };
+    },
+    unreachable: async () => ({ context, target: targetAt('nats-jetstream://nowhere/fhir.contract') }),
+    // A broker the operator no longer has: the subscription cannot be published to again.
+    refuses: async () => ({ context, target: targetAt('nats-jetstream://removed/fhir.contract') }),
   },
 };
 

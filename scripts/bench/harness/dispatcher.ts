@@ -88,6 +88,7 @@ const subscriptionContext: SubscriptionContext = {
   namingSystem: 'webhook',
   responseTimeoutMs: 15_000,
   retryPolicyBounds: loadConfig({}).delivery.retryPolicyBounds,
+  brokers: {},
 };
 
 /**

@@ -1,0 +1,84 @@
+import { headers } from '@nats-io/transport-node';
+import { z } from 'zod';
+import { ShutdownAbort, type CallResult, type Channel, type ChannelContext } from '../channel.ts';
+import { absent, payload, required } from '../element.ts';
+import type { NatsConnections } from './connections.ts';
+import { destinationOf, destinationRefusal } from './destination.ts';
+
+/**
+ * The NATS JetStream channel (issue 37): a topic-based subscription's
+ * notifications published to a subject of one of the operator's brokers
+ * (BROKERS; src/channels/nats-jetstream/destination.ts), each delivered only
+ * once the stream has acknowledged it. Its message id is the subscription's
+ * and the notification's (the same for every retry of it), so a stream's
+ * duplicate window, and a consumer's own dedupe, drop a redelivery. A topic-
+ * based subscription's notifications go one at a time in event-number order
+ * (src/dispatch/subscriber.ts), so they reach the stream in that order.
+ */
+
+/** What the channel publishes with: the process's connections to the brokers. */
+export type NatsContext = ChannelContext & { nats: NatsConnections };
+
+/** The Bundle's media type, as a rest-hook call's body has it. */
+const contentType = 'application/fhir+json';
+
+export const natsJetStream: Channel<NatsContext> = {
+  type: 'nats-jetstream',
+  custom: { r4Type: 'message' },
+  receivers: { at: 'endpoint' },
+  // A publish is a call to the broker: a subscription's calls a second bound it too.
+  paced: true,
+  topicOnly: true,
+  element: z.object({
+    type: z.literal('message', { error: "channel.type must be message, with the backport-channel-type extension's nats-jetstream on it (channel._type)" }),
+    endpoint: z.string(required('channel.endpoint')),
+    payload,
+    header: absent('channel.header is sent with rest-hook calls; a message to a broker carries its own headers'),
+  }),
+  endpointRefusal: (endpoint, { brokers }) => destinationRefusal(endpoint, brokers),
+  async send(context, target, { body, message, lastEventNumber }, signal) {
+    if (signal?.aborted) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+    const startedAt = new Date();
+    const started = performance.now();
+    const result = (verdict: CallResult['verdict'], detail: { error?: string; responseExcerpt?: string }): CallResult => ({
+      verdict,
+      httpStatus: undefined,
+      error: detail.error,
+      responseExcerpt: detail.responseExcerpt,
+      retryAfterSeconds: undefined,
+      startedAt,
+      durationMs: Math.round(performance.now() - started),
+    });
+    // The request checked it against the operator's brokers; a broker removed since is a refusal for good.
+    const destination = destinationOf(target.endpoint);
+    const timeoutMs = Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity);
+    const client =
+      destination === undefined ? undefined : await context.nats.jetstream(destination.broker, timeoutMs).catch((error: unknown) => error as Error);
+    if (destination === undefined || client === undefined) {
+      return result('permanent', { error: `the broker of ${target.endpoint} is not one this service has (BROKERS)` });
+    }
+    if (client instanceof Error) return result('retryable', { error: `the broker ${destination.broker} could not be reached: ${client.message}` });
+    const messageHeaders = headers();
+    messageHeaders.set('Content-Type', contentType);
+    messageHeaders.set('Fhir-Subscription', target.id);
+    if (lastEventNumber !== null) messageHeaders.set('Fhir-Last-Event-Number', String(lastEventNumber));
+    try {
+      const ack = await client.publish(destination.subject, JSON.stringify(body), {
+        msgID: `${target.id}:${message}`,
+        headers: messageHeaders,
+        timeout: timeoutMs,
+      });
+      return result('delivered', {
+        responseExcerpt: `stream ${ack.stream}, sequence ${ack.seq}${ack.duplicate ? ' (a duplicate: the stream had it already)' : ''}`,
+      });
+    } catch (error) {
+      // No stream takes the subject (NATS answers "no responders"), or no acknowledgement in time: retried, as a 5xx is.
+      const text = error instanceof Error ? error.message : String(error);
+      return result('retryable', {
+        error: /no responders|not enabled/i.test(text)
+          ? `no JetStream stream of the broker ${destination.broker} takes the subject ${destination.subject}`
+          : `the broker ${destination.broker} did not acknowledge the message: ${text}`,
+      });
+    }
+  },
+};

@@ -1,0 +1,47 @@
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
+import type { Brokers } from '../../config/brokers.ts';
+
+/**
+ * A process's connections to the operator's NATS brokers (BROKERS), made on
+ * the first send to each and kept: the client reconnects by itself after the
+ * broker restarts, and buffers nothing unacknowledged for us (a publish that
+ * gets no acknowledgement fails, and the event is retried). A connection that
+ * could not be made is not kept: the next send tries again.
+ */
+export class NatsConnections {
+  private readonly brokers: Brokers;
+  private readonly connections = new Map<string, Promise<NatsConnection>>();
+
+  constructor(brokers: Brokers) {
+    this.brokers = brokers;
+  }
+
+  /** The JetStream client of the broker named `name`; undefined when the operator has no such broker (any more). */
+  async jetstream(name: string, timeoutMs: number): Promise<JetStreamClient | undefined> {
+    const broker = this.brokers[name];
+    if (broker === undefined) return undefined;
+    let connection = this.connections.get(name);
+    if (connection === undefined) {
+      const url = new URL(broker.url);
+      connection = connect({
+        servers: `${url.protocol}//${url.host}`,
+        // The credentials go to the client apart from the server's address, which it may show in its errors.
+        ...(url.username === '' ? {} : { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }),
+        name: 'fhir-webhooks',
+        timeout: timeoutMs,
+        // Once connected, it reconnects for as long as the process runs: a broker that comes back needs no operator.
+        maxReconnectAttempts: -1,
+      });
+      this.connections.set(name, connection);
+      connection.catch(() => this.connections.delete(name));
+    }
+    return jetstream(await connection, { timeout: timeoutMs });
+  }
+
+  async close(): Promise<void> {
+    const open = [...this.connections.values()];
+    this.connections.clear();
+    await Promise.allSettled(open.map(async (connection) => (await connection).close()));
+  }
+}

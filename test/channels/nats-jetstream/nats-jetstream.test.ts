@@ -1,0 +1,156 @@
+import { readFileSync } from 'node:fs';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backportChannelType, channelTypeSystem } from '../../../src/channels/registry.ts';
+import { loadConfig } from '../../../src/config/index.ts';
+import { startWorkers, type Workers } from '../../../src/dispatch/worker.ts';
+import { createMetrics } from '../../../src/metrics/metrics.ts';
+import { addTopics } from '../../../src/topics/store.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../../support/app.ts';
+import { createTestStream, natsUrl, type TestStream } from '../../support/nats.ts';
+import { attemptsOf, untilStatus } from '../../support/subscriptions.ts';
+
+/**
+ * The NATS JetStream channel end to end (src/channels/nats-jetstream/): a
+ * topic-based subscription made through the API names one of the operator's
+ * brokers and a subject, its handshake and its notifications are published to
+ * a real JetStream stream on the machine's NATS server, acknowledged, in
+ * event-number order, each with a message id for the stream's duplicate
+ * window; what the operator did not allow is refused.
+ */
+
+const topicUrl = 'http://example.org/topics/encounter-complete';
+const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+
+let t: TestApp;
+let workers: Workers;
+let stream: TestStream;
+
+beforeAll(async () => {
+  stream = await createTestStream();
+  const brokers = JSON.stringify({ events: { type: 'nats-jetstream', url: natsUrl, subjects: [`${stream.prefix}.>`, `${stream.prefix}-unstreamed.>`] } });
+  const config = loadConfig({ BROKERS: brokers, BASE_URL: baseUrl, DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_RESPONSE_TIMEOUT_MS: '2000' });
+  t = await startTestApp({ outbound: { delivery: config.delivery, oauth: undefined, metrics: createMetrics() } });
+  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+  workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+});
+afterAll(async () => {
+  await workers?.stop();
+  await t?.close();
+  await stream?.close();
+});
+
+/** Subscription.channel for the broker channel: R4's message, the custom type in the Backport IG's extension. */
+const natsChannel = (endpoint: string, more: Record<string, unknown> = {}) => ({
+  type: 'message',
+  _type: { extension: [{ url: backportChannelType, valueCoding: { system: channelTypeSystem(baseUrl), code: 'nats-jetstream' } }] },
+  endpoint,
+  payload: 'application/fhir+json',
+  _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+  ...more,
+});
+
+const subscription = (patient: string, channel: Record<string, unknown>, extension: unknown[] = []) => ({
+  resourceType: 'Subscription',
+  status: 'requested',
+  reason: 'the NATS JetStream channel',
+  criteria: topicUrl,
+  ...(extension.length === 0 ? {} : { extension }),
+  _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patient}` }] },
+  channel,
+});
+
+const finishedEncounter = (id: string, patient: string) => ({
+  resourceType: 'Encounter',
+  id,
+  status: 'finished',
+  class: { code: 'AMB' },
+  subject: { reference: `Patient/${patient}` },
+});
+
+type Bundle = { type: string; entry: { resource: { resourceType: string; type?: string; parameter?: { name: string; valueString?: string }[] } }[] };
+const statusOfBundle = (bundle: Bundle) => bundle.entry[0]!.resource;
+const notificationType = (bundle: Bundle) => statusOfBundle(bundle).parameter!.find((item) => item.name === 'type')!;
+
+describe('the nats-jetstream channel', () => {
+  it('publishes the handshake, then each event in number order, acknowledged, with a message id and the subscription in headers', async () => {
+    const endpoint = `nats-jetstream://events/${stream.prefix}.encounters`;
+    const created = await t.fhir('POST', '/Subscription', subscription('nats-1', natsChannel(endpoint)));
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json<{ id: string }>();
+    await untilStatus(t, id, 'active');
+    for (const n of [1, 2, 3]) await t.fhir('PUT', `/Encounter/nats-${n}`, finishedEncounter(`nats-${n}`, 'nats-1'));
+
+    const messages = await stream.messages(4);
+    expect(messages.map((message) => message.subject)).toEqual(Array(4).fill(`${stream.prefix}.encounters`));
+    const bundles = messages.map((message) => message.json<Bundle>());
+    expect(bundles.map((bundle) => (notificationType(bundle) as { valueCode?: string }).valueCode)).toEqual([
+      'handshake',
+      'event-notification',
+      'event-notification',
+      'event-notification',
+    ]);
+    expect(messages.slice(1).map((message) => message.header.get('Fhir-Last-Event-Number'))).toEqual(['1', '2', '3']);
+    expect(new Set(messages.map((message) => message.header.get('Fhir-Subscription')))).toEqual(new Set([id]));
+    const messageIds = messages.map((message) => message.header.get('Nats-Msg-Id'));
+    expect(new Set(messageIds).size).toBe(4);
+    expect(messageIds.every((messageId) => messageId.startsWith(`${id}:`))).toBe(true);
+    expect(messages.every((message) => message.header.get('Content-Type') === 'application/fhir+json')).toBe(true);
+
+    // Each event is delivered in the log once the stream acknowledged it, and the attempt says where it went.
+    const attempts = await attemptsOf(t, id);
+    expect(attempts.map((attempt) => [attempt.kind, attempt.outcome])).toEqual([
+      ['handshake', 'delivered'],
+      ['notification', 'delivered'],
+      ['notification', 'delivered'],
+      ['notification', 'delivered'],
+    ]);
+    // The read shows R4's message type and the custom type in the Backport IG's extension.
+    const read = await t.fhir('GET', `/Subscription/${id}`);
+    expect(read.json<{ resource: { channel: unknown } }>().resource.channel).toMatchObject({
+      type: 'message',
+      _type: { extension: [{ url: backportChannelType, valueCoding: { system: channelTypeSystem(baseUrl), code: 'nats-jetstream' } }] },
+      endpoint,
+    });
+  });
+
+  it('fails the handshake when no stream takes the subject, and says so', async () => {
+    // A subject the operator allows, which no stream of the broker takes.
+    const endpoint = `nats-jetstream://events/${stream.prefix}-unstreamed.encounters`;
+    const onceOnly = { url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`, extension: [{ url: 'maxAttempts', valuePositiveInt: 1 }] };
+    const created = await t.fhir('POST', '/Subscription', subscription('nats-2', natsChannel(endpoint), [onceOnly]));
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json<{ id: string }>();
+    await untilStatus(t, id, 'error');
+    const [handshake] = await attemptsOf(t, id);
+    expect(handshake).toMatchObject({ kind: 'handshake', outcome: 'failed' });
+    expect(handshake!.error).toContain(`no JetStream stream of the broker events takes the subject ${stream.prefix}-unstreamed.encounters`);
+  });
+
+  it.each([
+    [
+      'a broker the operator does not have',
+      natsChannel('nats-jetstream://other/fhir.x'),
+      'names the broker other, which this service does not have (it has events)',
+    ],
+    ['a subject outside what the broker allows', natsChannel('nats-jetstream://events/fhir.x'), 'is not one the broker events takes from subscriptions'],
+    ['a wildcard subject', natsChannel('nats-jetstream://events/fhir.>'), 'channel.endpoint must be nats-jetstream://<broker>/<subject>'],
+    ['a host in place of a broker', natsChannel('nats://127.0.0.1:4222/fhir.x'), 'channel.endpoint must be nats-jetstream://<broker>/<subject>'],
+    ['headers', natsChannel('nats-jetstream://events/fhir.x', { header: ['Authorization: Bearer x'] }), 'a message to a broker carries its own headers'],
+  ])('refuses %s with a 400 naming it', async (_what, channel, message) => {
+    const response = await t.fhir('POST', '/Subscription', subscription('nats-refused', channel));
+    expect(response.statusCode).toBe(400);
+    expect(response.json<{ issue: { details: { text: string } }[] }>().issue[0]!.details.text).toContain(message);
+  });
+
+  it('is for topic-based subscriptions: a classic criteria keeps rest-hook', async () => {
+    const response = await t.fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      reason: 'classic',
+      criteria: 'Patient?family=Nats',
+      channel: natsChannel(`nats-jetstream://events/${stream.prefix}.classic`),
+    });
+    expect(response.statusCode).toBe(400);
+  });
+});
