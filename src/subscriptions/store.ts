@@ -5,8 +5,8 @@ import { inTransaction, type Db } from '../db/database.ts';
 import { enqueueJob } from '../db/jobs.ts';
 import { criteriaDigest } from '../db/sql/criteria-digest.ts';
 import { visibleTo, type Caller } from '../auth/api-keys.ts';
-import { channelOf, channelTypeElement } from '../channels/registry.ts';
-import { isUuid, subscriptionStatuses, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
+import { channelOf, channelTypeElement, channelTypeSystem, registeredChannels } from '../channels/registry.ts';
+import { isUuid, subscriptionStatuses, type ChannelType, type FhirResource, type SubscriptionStatus, type SubscriptionsTable } from '../db/schema.ts';
 import { splitQuery } from '../search/query.ts';
 import { endpointColumns, storedEndpoint, wholeEndpoint } from './endpoints.ts';
 import {
@@ -72,8 +72,9 @@ const maxCount = 1000;
 
 /**
  * GET /Subscription: `_count`, `_page_token`, `_tag` (`system|identifier`),
- * `criteria` (the exact criteria string), `url` (the exact endpoint) and
- * `status`, in creation order, keyset-paged.
+ * `criteria` (the exact criteria string), `url` (the exact endpoint),
+ * `status` and `custom-channel` (the Backport IG's search by a custom
+ * channel's type: `[system|]code`), in creation order, keyset-paged.
  */
 export async function searchSubscriptions(db: Db, context: SubscriptionContext, rawQuery: string, caller: Caller): Promise<SubscriptionPage> {
   let query = visibleTo(selectRows(db), caller);
@@ -110,8 +111,15 @@ export async function searchSubscriptions(db: Db, context: SubscriptionContext, 
         query = query.where('status', 'in', statuses);
         break;
       }
+      case 'custom-channel': {
+        const types = customChannelTypes(value, context.baseUrl);
+        // A token that names no custom channel matches nothing.
+        if (types.length === 0) return { resources: [] };
+        query = query.where('channel_type', 'in', types);
+        break;
+      }
       default:
-        throw refusal(`Unknown search parameter '${name}' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)`);
+        throw refusal(`Unknown search parameter '${name}' for Subscription (supported: _count, _page_token, _tag, criteria, url, status, custom-channel)`);
     }
   }
   const ordered = query.orderBy('created_at').orderBy('id');
@@ -341,6 +349,15 @@ function backportChannelExtensions(row: Row): { url: string; [value: string]: un
     ...(row.timeout_seconds === null ? [] : [{ url: backport.timeout, valueUnsignedInt: row.timeout_seconds }]),
     ...(row.max_count === null ? [] : [{ url: backport.maxCount, valuePositiveInt: row.max_count }]),
   ];
+}
+
+/** The channel types a custom-channel search asks for: each comma-separated token a custom channel's code, with the service's system or none. */
+function customChannelTypes(value: string, baseUrl: string): ChannelType[] {
+  return value.split(',').flatMap((token) => {
+    const [system, code] = token.includes('|') ? token.split('|', 2) : [undefined, token];
+    const channel = registeredChannels.find((candidate) => candidate.custom !== undefined && candidate.type === code);
+    return channel !== undefined && (system === undefined || system === '' || system === channelTypeSystem(baseUrl)) ? [channel.type] : [];
+  });
 }
 
 function tagSystem(context: SubscriptionContext): string {

@@ -1,7 +1,12 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { jetstreamManager, type StoredMsg } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { waitFor } from './receiver.ts';
+import { freePort, waitFor } from './receiver.ts';
 
 /** The NATS server with JetStream every machine of this project runs (and CI's: .ci/run starts it when it is not). */
 export const natsUrl = process.env.TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -19,8 +24,8 @@ export type TestStream = {
   close(): Promise<void>;
 };
 
-export async function createTestStream(): Promise<TestStream> {
-  const connection: NatsConnection = await connect({ servers: natsUrl });
+export async function createTestStream(url = natsUrl): Promise<TestStream> {
+  const connection: NatsConnection = await connect({ servers: url, maxReconnectAttempts: -1 });
   const manager = await jetstreamManager(connection);
   const name = `fhir_webhooks_test_${randomUUID().replaceAll('-', '')}`;
   const prefix = name.replaceAll('_', '-');
@@ -39,7 +44,8 @@ export async function createTestStream(): Promise<TestStream> {
     messages: (count, timeoutMs = 10_000) =>
       waitFor(
         async () => {
-          const found = await read();
+          // A server starting again answers nothing for a moment: asked again.
+          const found = await read().catch(() => []);
           return found.length >= count ? found : undefined;
         },
         timeoutMs,
@@ -48,6 +54,45 @@ export async function createTestStream(): Promise<TestStream> {
     close: async () => {
       await manager.streams.delete(name).catch(() => undefined);
       await connection.close();
+    },
+  };
+}
+
+/** A NATS server with JetStream of the test's own, on a free port, its store in a folder of its own: to stop and start again. */
+export type OwnNatsServer = { url: string; stop(): Promise<void>; start(): Promise<void>; close(): Promise<void> };
+
+export async function startOwnNatsServer(): Promise<OwnNatsServer> {
+  const port = await freePort();
+  const storeDir = await mkdtemp(path.join(tmpdir(), 'nats-store-'));
+  let child: ChildProcess | undefined;
+  const start = async () => {
+    child = spawn('/usr/sbin/nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], { stdio: 'ignore' });
+    await waitFor(
+      async () => {
+        const probe = await connect({ servers: `nats://127.0.0.1:${port}`, timeout: 500 }).catch(() => undefined);
+        await probe?.close();
+        return probe === undefined ? undefined : true;
+      },
+      10_000,
+      'the own NATS server to listen',
+    );
+  };
+  const stop = async () => {
+    const running = child;
+    child = undefined;
+    if (running === undefined || running.exitCode !== null) return;
+    const exited = once(running, 'exit');
+    running.kill('SIGKILL');
+    await exited;
+  };
+  await start();
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    stop,
+    start,
+    close: async () => {
+      await stop();
+      await rm(storeDir, { recursive: true, force: true });
     },
   };
 }

@@ -3,6 +3,7 @@ import { resourceTypes } from '../../fhir/definitions.ts';
 import { isSupported, searchParametersOf, type SearchParameter } from '../../search/parameters.ts';
 import type { Db } from '../../db/database.ts';
 import { websocketUrl } from '../../channels/websocket/channel.ts';
+import { channelTypeSystem, registeredChannels } from '../../channels/registry.ts';
 import { backport } from '../../topics/backport.ts';
 import { activeTopicCanonicals } from '../../topics/store.ts';
 import { fhirJson } from '../errors.ts';
@@ -116,6 +117,12 @@ function subscriptionCapabilities(serviceBase: string, topics: string[]) {
       { name: 'criteria', type: 'string', documentation: 'the exact criteria string' },
       { name: 'url', type: 'uri' },
       { name: 'status', type: 'token' },
+      {
+        name: 'custom-channel',
+        definition: 'http://hl7.org/fhir/uv/subscriptions-backport/SearchParameter/Subscription-custom-channel',
+        type: 'token',
+        documentation: `the custom channels: ${customChannels(serviceBase)}`,
+      },
     ],
     // An operation's name is its code without the '$' (invoked as $status).
     operation: [
@@ -125,6 +132,15 @@ function subscriptionCapabilities(serviceBase: string, topics: string[]) {
       ...['resend', 'reactivate', 'rotate-secret'].map((name) => ({ name, definition: `${serviceBase}/OperationDefinition/Subscription-${name}` })),
     ],
   };
+}
+
+/** The custom channels a subscription may use (the Backport IG's backport-channel-type codes), for a client choosing one. */
+function customChannels(serviceBase: string): string {
+  const system = channelTypeSystem(serviceBase.replace(/\/fhir\/resources$/, ''));
+  return registeredChannels
+    .filter((channel) => channel.custom !== undefined)
+    .map((channel) => `${system}|${channel.type} (channel.type ${channel.custom!.r4Type}; docs/brokers.md)`)
+    .join(', ');
 }
 
 function supportedParameters(type: string): SearchParameter[] {

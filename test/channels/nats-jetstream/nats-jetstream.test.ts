@@ -143,6 +143,24 @@ describe('the nats-jetstream channel', () => {
     expect(response.json<{ issue: { details: { text: string } }[] }>().issue[0]!.details.text).toContain(message);
   });
 
+  it("is found by the Backport IG's custom-channel search, and listed in the CapabilityStatement", async () => {
+    const created = await t.fhir('POST', '/Subscription', subscription('nats-3', natsChannel(`nats-jetstream://events/${stream.prefix}.found`)));
+    expect(created.statusCode, created.body).toBe(201);
+    const ids = async (query: string) =>
+      (await t.fhir('GET', `/Subscription?${query}`)).json<{ entry?: { resource: { id: string } }[] }>().entry?.map((entry) => entry.resource.id) ?? [];
+    const { id } = created.json<{ id: string }>();
+    expect(await ids('custom-channel=nats-jetstream')).toContain(id);
+    expect(await ids(`custom-channel=${encodeURIComponent(`${channelTypeSystem(baseUrl)}|nats-jetstream`)}`)).toContain(id);
+    expect(await ids('custom-channel=websocket')).toEqual([]);
+    expect(await ids('custom-channel=http://elsewhere|nats-jetstream')).toEqual([]);
+    const metadata = (await t.fhir('GET', '/metadata')).json<{
+      rest: { resource: { type: string; searchParam: { name: string; definition?: string; documentation?: string }[] }[] }[];
+    }>();
+    const customChannel = metadata.rest[0]!.resource.find((entry) => entry.type === 'Subscription')!.searchParam.find((item) => item.name === 'custom-channel');
+    expect(customChannel).toMatchObject({ definition: 'http://hl7.org/fhir/uv/subscriptions-backport/SearchParameter/Subscription-custom-channel' });
+    expect(customChannel!.documentation).toContain(`${channelTypeSystem(baseUrl)}|nats-jetstream`);
+  });
+
   it('is for topic-based subscriptions: a classic criteria keeps rest-hook', async () => {
     const response = await t.fhir('POST', '/Subscription', {
       resourceType: 'Subscription',

@@ -51,6 +51,10 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
           criteria: z.string().optional().describe('The exact criteria string'),
           url: z.string().optional().describe('The exact endpoint'),
           status: z.string().optional().describe('requested, active, error or off, comma-separated'),
+          'custom-channel': z
+            .string()
+            .optional()
+            .describe("The Backport IG's custom channel type, [system|]code, comma-separated: nats-jetstream (the subscriptions whose channel is one)"),
           _tag: z.string().optional().describe('<system>|<identifier>: the subscription with this identifier'),
           _count: z.string().optional().describe('Page size, 1-1000 (default 20)'),
           _page_token: z.string().optional().describe("The next link's token"),
