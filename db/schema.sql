@@ -287,7 +287,7 @@ END) > 0), false)) STORED NOT NULL,
   retry_delay_growth numeric,
   retry_max_delay_ms integer,
   CONSTRAINT subscriptions_channel_settings_on_a_topic CHECK (((topic_id IS NOT NULL) OR ((filter_criteria IS NULL) AND (heartbeat_period_seconds IS NULL) AND (timeout_seconds IS NULL) AND (max_count IS NULL)))),
-  CONSTRAINT subscriptions_channel_type_known CHECK ((channel_type = ANY (ARRAY['rest-hook'::text, 'websocket'::text, 'nats-jetstream'::text]))),
+  CONSTRAINT subscriptions_channel_type_known CHECK ((channel_type = ANY (ARRAY['rest-hook'::text, 'websocket'::text, 'nats-jetstream'::text, 'rabbitmq'::text]))),
   CONSTRAINT subscriptions_created_by_api_key_fkey FOREIGN KEY (created_by_api_key) REFERENCES webhook.api_keys(id),
   CONSTRAINT subscriptions_deactivations_in_a_row_check CHECK ((deactivations_in_a_row >= 0)),
   CONSTRAINT subscriptions_end_only_when_off CHECK (((status = 'off'::webhook.subscription_status) = (ended_at IS NOT NULL))),
@@ -295,6 +295,7 @@ END) > 0), false)) STORED NOT NULL,
 CASE channel_type
     WHEN 'websocket'::text THEN '^wss?://'::text
     WHEN 'nats-jetstream'::text THEN '^nats-jetstream://'::text
+    WHEN 'rabbitmq'::text THEN '^rabbitmq://'::text
     ELSE '^https?://'::text
 END)),
   CONSTRAINT subscriptions_failure_count_check CHECK ((failure_count >= 0)),
@@ -331,7 +332,7 @@ COMMENT ON COLUMN webhook.subscriptions.deactivations_in_a_row IS 'Deactivations
 COMMENT ON COLUMN webhook.subscriptions.reactivation_not_before IS 'While in error, events before this instant do not reactivate the subscription (webhook.reactivation_backoff of deactivations_in_a_row); NULL: the next event does.';
 COMMENT ON COLUMN webhook.subscriptions.previous_signing_secret_encrypted IS 'The signing secret before the last rotation, AES-256-GCM (SECRETS_ENCRYPTION_KEY): calls are signed with it too until previous_secret_until. NULL: no rotation yet, or one without an overlap.';
 COMMENT ON COLUMN webhook.subscriptions.previous_secret_until IS 'The end of the last rotation''s overlap: after it, calls are signed with the current secret only.';
-COMMENT ON COLUMN webhook.subscriptions.channel_type IS 'rest-hook: notifications are POSTed to endpoint; websocket (topic-based only): they go to the clients bound to it, and endpoint is the websocket URL they connect to; nats-jetstream (topic-based only): they are published to the broker and subject endpoint names (nats-jetstream://<broker>/<subject>).';
+COMMENT ON COLUMN webhook.subscriptions.channel_type IS 'rest-hook: notifications are POSTed to endpoint; websocket (topic-based only): they go to the clients bound to it, and endpoint is the websocket URL they connect to; nats-jetstream and rabbitmq (topic-based only): they are published to the broker and destination endpoint names (nats-jetstream://<broker>/<subject>, rabbitmq://<broker>/<exchange>/<routing key>).';
 COMMENT ON COLUMN webhook.subscriptions.reactivation_claimed_until IS 'A reactivation handshake is in flight until then at most (one per subscription at a time); NULL: none.';
 COMMENT ON COLUMN webhook.subscriptions.max_attempts IS 'Attempts of an event (and of the handshake) before the subscription goes to error; NULL: DELIVERY_MAX_FAILURES.';
 COMMENT ON COLUMN webhook.subscriptions.retry_first_delay_ms IS 'The delay before the first retry, in place of DELIVERY_RETRY_DELAYS_MS; NULL: those.';

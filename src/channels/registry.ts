@@ -4,6 +4,7 @@ import type { RestHookContext } from './rest-hook/calls.ts';
 import { restHook } from './rest-hook/outbound.ts';
 import { websocket } from './websocket/channel.ts';
 import { natsJetStream, type NatsContext } from './nats-jetstream/channel.ts';
+import { rabbitmq, type RabbitContext } from './rabbitmq/channel.ts';
 
 /**
  * Every channel, by its channel type (webhook.subscriptions.channel_type; its
@@ -14,12 +15,13 @@ import { natsJetStream, type NatsContext } from './nats-jetstream/channel.ts';
  */
 
 /** What a process that sends through every channel holds: the common context and each channel's own parts. */
-export type SendContext = RestHookContext & NatsContext;
+export type SendContext = RestHookContext & NatsContext & RabbitContext;
 
 const channels: { [Type in ChannelType]: Channel<SendContext> } = {
   'rest-hook': restHook,
   websocket,
   'nats-jetstream': natsJetStream,
+  rabbitmq,
 };
 
 /** The channel of a subscription's channel_type. */

@@ -6,18 +6,27 @@ import { z } from 'zod';
  * use; a subscription names a broker and a destination within those, never a
  * host (src/channels/nats-jetstream/). A JSON object, by name:
  *
- *   {"events": {"type": "nats-jetstream", "url": "nats://user:password@nats.internal:4222", "subjects": ["fhir.>"]}}
+ *   {"events": {"type": "nats-jetstream", "url": "nats://user:password@nats.internal:4222", "subjects": ["fhir.>"]},
+ *    "integration": {"type": "rabbitmq", "url": "amqps://user:password@rabbit.internal/fhir", "exchanges": ["fhir"]}}
  *
  * The URL's credentials are the operator's: no message of this service shows
  * them (an error names the broker, never its URL).
  */
-export type BrokerConnection = {
-  type: 'nats-jetstream';
-  /** nats:// or tls://, with the user and password when the server wants them. */
-  url: string;
-  /** The subjects subscriptions may publish to, as NATS writes patterns: `*` one token, `>` the rest. */
-  subjects: readonly string[];
-};
+export type BrokerConnection =
+  | {
+      type: 'nats-jetstream';
+      /** nats:// or tls://, with the user and password when the server wants them. */
+      url: string;
+      /** The subjects subscriptions may publish to, as NATS writes patterns: `*` one token, `>` the rest. */
+      subjects: readonly string[];
+    }
+  | {
+      type: 'rabbitmq';
+      /** amqp:// or amqps://, with the user, password and virtual host. */
+      url: string;
+      /** The exchanges subscriptions may publish to (any routing key): the operator's, declared and bound by whoever consumes. */
+      exchanges: readonly string[];
+    };
 
 export type Brokers = Readonly<Record<string, BrokerConnection>>;
 
@@ -30,23 +39,42 @@ export function isSubjectPattern(pattern: string): boolean {
   return tokens.every((token, index) => /^[!-~]+$/.test(token) && (!/[*>]/.test(token) || token === '*' || (token === '>' && index === tokens.length - 1)));
 }
 
-const connection = z.object(
-  {
-    type: z.literal('nats-jetstream', { error: 'type must be nats-jetstream' }),
-    url: z.string({ error: 'url is required' }).refine((text) => {
+/** A URL of one of `protocols`, checked without its text ever reaching a message. */
+const urlOf = (protocols: string[]) =>
+  z.string({ error: 'url is required' }).refine(
+    (text) => {
       try {
-        return ['nats:', 'tls:'].includes(new URL(text).protocol);
+        return protocols.includes(new URL(text).protocol);
       } catch {
         return false;
       }
-    }, 'url must be a nats:// or tls:// URL'),
-    subjects: z
-      .array(z.string().refine(isSubjectPattern, 'each of subjects must be a NATS subject or pattern (fhir.>, fhir.*.created)'), {
-        error: 'subjects must be a list of the subjects subscriptions may publish to, such as ["fhir.>"]',
-      })
-      .min(1, 'subjects must name at least one subject or pattern'),
-  },
-  { error: 'must be an object with type, url and subjects' },
+    },
+    `url must be a ${protocols.map((protocol) => `${protocol}//`).join(' or ')} URL`,
+  );
+
+const connection = z.discriminatedUnion(
+  'type',
+  [
+    z.object({
+      type: z.literal('nats-jetstream'),
+      url: urlOf(['nats:', 'tls:']),
+      subjects: z
+        .array(z.string().refine(isSubjectPattern, 'each of subjects must be a NATS subject or pattern (fhir.>, fhir.*.created)'), {
+          error: 'subjects must be a list of the subjects subscriptions may publish to, such as ["fhir.>"]',
+        })
+        .min(1, 'subjects must name at least one subject or pattern'),
+    }),
+    z.object({
+      type: z.literal('rabbitmq'),
+      url: urlOf(['amqp:', 'amqps:']),
+      exchanges: z
+        .array(z.string().regex(/^[A-Za-z0-9_.:-]{1,255}$/, 'each of exchanges must be an exchange name (letters, digits, _ . : -)'), {
+          error: 'exchanges must be a list of the exchanges subscriptions may publish to, such as ["fhir"]',
+        })
+        .min(1, 'exchanges must name at least one exchange'),
+    }),
+  ],
+  { error: 'type must be nats-jetstream or rabbitmq' },
 );
 
 /** BROKERS, parsed: each problem named by the broker and the field, never by the URL's text. */

@@ -45,7 +45,7 @@ export const subscriptionStatuses = ['requested', 'active', 'error', 'off'] as c
 export type SubscriptionStatus = (typeof subscriptionStatuses)[number];
 
 /** How a subscription's notifications leave the service (src/channels/channel.ts): its channel_type. */
-export const channelTypes = ['rest-hook', 'websocket', 'nats-jetstream'] as const;
+export const channelTypes = ['rest-hook', 'websocket', 'nats-jetstream', 'rabbitmq'] as const;
 export type ChannelType = (typeof channelTypes)[number];
 
 /** A topic-based subscription's payload level (the Backport IG's backport-payload-content): its payload_content. */

@@ -11,6 +11,7 @@ import { shownEndpoint, type CallResult, type Notification } from '../channels/c
 import { channelOf } from '../channels/registry.ts';
 import { createRestHookCalls, type RestHookCalls } from '../channels/rest-hook/calls.ts';
 import { NatsConnections } from '../channels/nats-jetstream/connections.ts';
+import { RabbitConnections } from '../channels/rabbitmq/connections.ts';
 import { wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import { retryPolicyOf, type RetryPolicy } from '../subscriptions/retry-policy.ts';
@@ -29,6 +30,8 @@ import type { RetrySchedule } from './events/retry-delay.ts';
 export type DispatchContext = RestHookCalls & {
   /** The process's connections to the operator's NATS brokers (src/channels/nats-jetstream/). */
   nats: NatsConnections;
+  /** The process's connections to the operator's RabbitMQ brokers (src/channels/rabbitmq/). */
+  rabbit: RabbitConnections;
   db: Db;
   /** graphile-worker's utilities on the workers' pool (its queue cleanup). */
   workerUtils: WorkerUtils;
@@ -72,10 +75,11 @@ export type CallSettings = {
 export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
   const { calls, close } = createRestHookCalls(settings.delivery, oauth);
   const nats = new NatsConnections(settings.delivery.brokers);
+  const rabbit = new RabbitConnections(settings.delivery.brokers);
   return {
-    context: { ...settings, ...calls, nats },
+    context: { ...settings, ...calls, nats, rabbit },
     close: async () => {
-      await Promise.all([close(), nats.close()]);
+      await Promise.all([close(), nats.close(), rabbit.close()]);
     },
   };
 }

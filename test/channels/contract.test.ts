@@ -5,6 +5,7 @@ import { ShutdownAbort, type CallResult, type ChannelTarget, type Notification }
 import { registeredChannels, type SendContext } from '../../src/channels/registry.ts';
 import { createRestHookCalls } from '../../src/channels/rest-hook/calls.ts';
 import { NatsConnections } from '../../src/channels/nats-jetstream/connections.ts';
+import { RabbitConnections } from '../../src/channels/rabbitmq/connections.ts';
 import { loadConfig } from '../../src/config/index.ts';
 import { connectDatabase } from '../../src/db/database.ts';
 import type { ChannelType } from '../../src/db/schema.ts';
@@ -12,6 +13,7 @@ import { notificationBundle, statusParameters } from '../../src/topics/notificat
 import { addTopics } from '../../src/topics/store.ts';
 import { startTestApp, type TestApp } from '../support/app.ts';
 import { createTestStream, natsUrl, type TestStream } from '../support/nats.ts';
+import { createTestExchange, rabbitUrl, type TestExchange } from '../support/rabbitmq.ts';
 import { freePort, startReceiver, waitFor, type Receiver } from '../support/receiver.ts';
 
 /**
@@ -44,6 +46,7 @@ const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
 let t: TestApp;
 let context: SendContext;
 let stream: TestStream;
+let exchange: TestExchange;
 const closing: (() => Promise<void>)[] = [];
 
 beforeAll(async () => {
@@ -51,16 +54,22 @@ beforeAll(async () => {
   await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
   stream = await createTestStream();
   closing.push(() => stream.close());
+  exchange = await createTestExchange();
+  closing.push(() => exchange.close());
   // A broker where nothing answers (unreachable), and the machine's, whose subjects of this file's stream subscriptions may take.
   const brokers = {
     events: { type: 'nats-jetstream' as const, url: natsUrl, subjects: [`${stream.prefix}.>`] },
     nowhere: { type: 'nats-jetstream' as const, url: `nats://127.0.0.1:${await freePort()}`, subjects: ['>'] },
+    rabbit: { type: 'rabbitmq' as const, url: rabbitUrl, exchanges: [exchange.exchange] },
+    'rabbit-nowhere': { type: 'rabbitmq' as const, url: `amqp://guest:guest@127.0.0.1:${await freePort()}`, exchanges: ['fhir'] },
   };
   const delivery = { ...loadConfig({}).delivery, allowPrivateNetworks: true, brokers, responseTimeoutMs: 2_000 };
   const { calls, close } = createRestHookCalls(delivery, undefined);
   closing.push(close);
   const nats = new NatsConnections(brokers);
   closing.push(() => nats.close());
+  const rabbit = new RabbitConnections(brokers);
+  closing.push(() => rabbit.close());
   context = {
     db: t.database.db,
     delivery,
@@ -68,6 +77,7 @@ beforeAll(async () => {
     metrics: { tokenRequestFailed: () => undefined },
     ...calls,
     nats,
+    rabbit,
   };
 });
 
@@ -163,6 +173,15 @@ const harnesses: { [Type in ChannelType]: Harness } = {
     unreachable: async () => ({ context, target: targetAt('nats-jetstream://nowhere/fhir.contract') }),
     // A broker the operator no longer has: the subscription cannot be published to again.
     refuses: async () => ({ context, target: targetAt('nats-jetstream://removed/fhir.contract') }),
+  },
+  rabbitmq: {
+    takes: async () => {
+      const target = targetAt(`rabbitmq://rabbit/${exchange.exchange}/fhir.contract`);
+      return { context, target, received: async () => JSON.parse((await exchange.messages(1))[0]!.content.toString('utf8')) as unknown };
+    },
+    unreachable: async () => ({ context, target: targetAt('rabbitmq://rabbit-nowhere/fhir/fhir.contract') }),
+    // A broker the operator no longer has: the subscription cannot be published to again.
+    refuses: async () => ({ context, target: targetAt('rabbitmq://removed/fhir/fhir.contract') }),
   },
 };
 

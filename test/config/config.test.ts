@@ -82,7 +82,11 @@ describe('configuration from the environment', () => {
       'broker events: subjects.0: each of subjects must be a NATS subject or pattern',
     );
     expect(refused({ events: { ...brokers.events, subjects: [] } })).toContain('subjects must name at least one subject or pattern');
-    expect(refused({ events: { ...brokers.events, type: 'kafka' } })).toContain('broker events: type: type must be nats-jetstream');
+    expect(refused({ events: { ...brokers.events, type: 'kafka' } })).toContain('broker events: type: type must be nats-jetstream or rabbitmq');
+    const rabbit = { type: 'rabbitmq', url: 'amqps://user:s3cret@rabbit.internal/fhir', exchanges: ['fhir'] };
+    expect(loadConfig({ BROKERS: JSON.stringify({ rabbit }) }).delivery.brokers).toEqual({ rabbit });
+    expect(refused({ rabbit: { ...rabbit, url: 'nats://user:s3cret@x' } })).toContain('broker rabbit: url: url must be a amqp:// or amqps:// URL');
+    expect(refused({ rabbit: { ...rabbit, exchanges: ['a b'] } })).toContain('each of exchanges must be an exchange name');
   });
 
   it('needs the client credentials when OAUTH_TOKEN_URL is set', () => {

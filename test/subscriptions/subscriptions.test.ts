@@ -347,7 +347,7 @@ describe('reads and searches', () => {
     expect(await ids('?status=requested')).toEqual([]);
     expectRefusal(
       await t.fhir('GET', '/Subscription?colour=red'),
-      "Unknown search parameter 'colour' for Subscription (supported: _count, _page_token, _tag, criteria, url, status)",
+      "Unknown search parameter 'colour' for Subscription (supported: _count, _page_token, _tag, criteria, url, status, custom-channel)",
     );
   });
 

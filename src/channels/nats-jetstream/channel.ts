@@ -1,7 +1,6 @@
 import { headers } from '@nats-io/transport-node';
-import { z } from 'zod';
-import { ShutdownAbort, type CallResult, type Channel, type ChannelContext } from '../channel.ts';
-import { absent, payload, required } from '../element.ts';
+import { ShutdownAbort, type Channel, type ChannelContext } from '../channel.ts';
+import { acknowledgementTimeoutMs, brokerElement, timedResults } from '../broker.ts';
 import type { NatsConnections } from './connections.ts';
 import { destinationOf, destinationRefusal } from './destination.ts';
 
@@ -29,29 +28,14 @@ export const natsJetStream: Channel<NatsContext> = {
   // A publish is a call to the broker: a subscription's calls a second bound it too.
   paced: true,
   topicOnly: true,
-  element: z.object({
-    type: z.literal('message', { error: "channel.type must be message, with the backport-channel-type extension's nats-jetstream on it (channel._type)" }),
-    endpoint: z.string(required('channel.endpoint')),
-    payload,
-    header: absent('channel.header is sent with rest-hook calls; a message to a broker carries its own headers'),
-  }),
+  element: brokerElement('nats-jetstream'),
   endpointRefusal: (endpoint, { brokers }) => destinationRefusal(endpoint, brokers),
   async send(context, target, { body, message, lastEventNumber }, signal) {
     if (signal?.aborted) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
-    const startedAt = new Date();
-    const started = performance.now();
-    const result = (verdict: CallResult['verdict'], detail: { error?: string; responseExcerpt?: string }): CallResult => ({
-      verdict,
-      httpStatus: undefined,
-      error: detail.error,
-      responseExcerpt: detail.responseExcerpt,
-      retryAfterSeconds: undefined,
-      startedAt,
-      durationMs: Math.round(performance.now() - started),
-    });
+    const result = timedResults();
     // The request checked it against the operator's brokers; a broker removed since is a refusal for good.
     const destination = destinationOf(target.endpoint);
-    const timeoutMs = Math.min(context.delivery.responseTimeoutMs, target.topic?.timeoutMs ?? Infinity);
+    const timeoutMs = acknowledgementTimeoutMs(context, target);
     const client =
       destination === undefined ? undefined : await context.nats.jetstream(destination.broker, timeoutMs).catch((error: unknown) => error as Error);
     if (destination === undefined || client === undefined) {

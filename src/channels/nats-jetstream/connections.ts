@@ -20,7 +20,7 @@ export class NatsConnections {
   /** The JetStream client of the broker named `name`; undefined when the operator has no such broker (any more). */
   async jetstream(name: string, timeoutMs: number): Promise<JetStreamClient | undefined> {
     const broker = this.brokers[name];
-    if (broker === undefined) return undefined;
+    if (broker?.type !== 'nats-jetstream') return undefined;
     let connection = this.connections.get(name);
     if (connection === undefined) {
       const url = new URL(broker.url);

@@ -1,4 +1,5 @@
 import type { Brokers } from '../../config/brokers.ts';
+import { unknownBrokerRefusal } from '../broker.ts';
 
 /**
  * Where a nats-jetstream subscription publishes: its endpoint names one of
@@ -37,10 +38,7 @@ export function destinationRefusal(endpoint: string, brokers: Brokers): string |
   const destination = destinationOf(endpoint);
   if (destination === undefined) return `channel.endpoint must be ${endpointScheme}<broker>/<subject>, such as ${endpointScheme}events/fhir.encounter`;
   const broker = brokers[destination.broker];
-  const named = Object.keys(brokers);
-  if (broker === undefined) {
-    return `channel.endpoint names the broker ${destination.broker}, which this service does not have (${named.length === 0 ? 'it has none' : `it has ${named.join(', ')}`})`;
-  }
+  if (broker?.type !== 'nats-jetstream') return unknownBrokerRefusal(brokers, destination.broker, 'nats-jetstream', 'NATS');
   if (!broker.subjects.some((pattern) => subjectMatches(destination.subject, pattern))) {
     return `channel.endpoint's subject ${destination.subject} is not one the broker ${destination.broker} takes from subscriptions (${broker.subjects.join(', ')})`;
   }

@@ -8,6 +8,7 @@ import { createMetrics } from '../../../src/metrics/metrics.ts';
 import { addTopics } from '../../../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../../support/app.ts';
 import { createTestStream, natsUrl, type TestStream } from '../../support/nats.ts';
+import { waitFor } from '../../support/receiver.ts';
 import { attemptsOf, untilStatus } from '../../support/subscriptions.ts';
 
 /**
@@ -98,7 +99,15 @@ describe('the nats-jetstream channel', () => {
     expect(messages.every((message) => message.header.get('Content-Type') === 'application/fhir+json')).toBe(true);
 
     // Each event is delivered in the log once the stream acknowledged it, and the attempt says where it went.
-    const attempts = await attemptsOf(t, id);
+    // Recorded a moment after the stream acknowledged the last one.
+    const attempts = await waitFor(
+      async () => {
+        const recorded = await attemptsOf(t, id);
+        return recorded.length >= 4 ? recorded : undefined;
+      },
+      10_000,
+      'four attempts recorded',
+    );
     expect(attempts.map((attempt) => [attempt.kind, attempt.outcome])).toEqual([
       ['handshake', 'delivered'],
       ['notification', 'delivered'],
@@ -131,7 +140,7 @@ describe('the nats-jetstream channel', () => {
     [
       'a broker the operator does not have',
       natsChannel('nats-jetstream://other/fhir.x'),
-      'names the broker other, which this service does not have (it has events)',
+      'names the broker other, which this service does not have as a NATS broker (it has events)',
     ],
     ['a subject outside what the broker allows', natsChannel('nats-jetstream://events/fhir.x'), 'is not one the broker events takes from subscriptions'],
     ['a wildcard subject', natsChannel('nats-jetstream://events/fhir.>'), 'channel.endpoint must be nats-jetstream://<broker>/<subject>'],
