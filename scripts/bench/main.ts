@@ -46,6 +46,10 @@
  *              processes vs one: 2 no slower than 1; 8 ≥ 5× (issue 26)
  *   NOTIFY     commits/s of 8 writers with a NOTIFY each vs none (what the
  *              one NOTIFY per writing statement costs)
+ *   brokers    events/s of ONE statement of 2,000 events into NATS JetStream
+ *              and RabbitMQ through one topic subscription's broker channel,
+ *              each message received once and in order, vs a bare client's
+ *              acknowledged publishes, one at a time (issue 37)
  *   history    p99 at 100 writes/s over 101 subscriptions with 1,000,000
  *              settled events and calls in the log vs without: ≤ 2× (issue 26)
  *   soak       single-row writes at 50/s over 101 subscriptions (each matching
@@ -92,6 +96,7 @@ import { soak } from './rows/soak.ts';
 import { sparse } from './rows/sparse.ts';
 import { throttled } from './rows/throttle.ts';
 import { topicTriggerCost } from './rows/topic-trigger.ts';
+import { brokerRows } from './rows/brokers.ts';
 import { websocketFrames } from './rows/websocket.ts';
 import { writerCost } from './rows/writer-cost.ts';
 
@@ -158,6 +163,7 @@ async function measureColumn(serverUrl: string | null, kind: ProcessKind): Promi
       await measure('topic', () => topicTriggerCost(scratch.url));
       if (wanted('scaling')) measured.push(...(await scaling(scratch.url, receiver)));
       await measure('notify', () => notifyCost(scratch.url));
+      await measure('brokers', () => brokerRows(scratch.url, receiver, 2_000));
     }
     const ceilings = [await graphileWorkerCeiling(scratch.url, 20_000), await receiverCeiling(scratch.url, receiver, 20_000)];
     return { server, kind, rows: withTargets([...ceilings, ...measured]) };
