@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import amqp from 'amqplib';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backportChannelType, channelTypeSystem } from '../../../src/channels/registry.ts';
@@ -121,6 +122,52 @@ describe('the rabbitmq channel', () => {
     const [handshake] = await attemptsOf(t, id);
     expect(handshake).toMatchObject({ kind: 'handshake', outcome: 'failed' });
     expect(handshake!.error).toContain(reason);
+  });
+
+  it('waits out a slow consumer: a full queue refuses the publish (a negative confirm), which is retried until the consumer has read, none lost, in order', async () => {
+    // A queue of two messages at most that refuses more (reject-publish): the broker nacks the confirm of a third.
+    const connection = await amqp.connect(rabbitUrl);
+    const channel = await connection.createChannel();
+    const { queue } = await channel.assertQueue('', { exclusive: true, arguments: { 'x-max-length': 2, 'x-overflow': 'reject-publish' } });
+    await channel.bindQueue(queue, exchange.exchange, 'slow.encounters');
+    try {
+      // Patient enough for a consumer that reads a few seconds late.
+      const patient = { url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`, extension: [{ url: 'maxAttempts', valuePositiveInt: 10 }] };
+      const created = await t.fhir(
+        'POST',
+        '/Subscription',
+        subscription('rabbit-slow', `rabbitmq://integration/${exchange.exchange}/slow.encounters`, [patient]),
+      );
+      expect(created.statusCode, created.body).toBe(201);
+      const { id } = created.json<{ id: string }>();
+      await untilStatus(t, id, 'active');
+      // The handshake is one of the two the queue holds; four events follow.
+      for (const n of [1, 2, 3, 4]) {
+        await t.fhir('PUT', `/Encounter/rabbit-slow-${n}`, {
+          resourceType: 'Encounter',
+          id: `rabbit-slow-${n}`,
+          status: 'finished',
+          class: { code: 'AMB' },
+          subject: { reference: 'Patient/rabbit-slow' },
+        });
+      }
+      await waitFor(async () => ((await attemptsOf(t, id)).some((attempt) => attempt.outcome === 'retrying') ? true : undefined), 10_000, 'a refused publish');
+      // The consumer reads at last, one message at a time, until it has the handshake and the four events.
+      const received: number[] = [];
+      await waitFor(
+        async () => {
+          const message = await channel.get(queue, { noAck: true });
+          if (message !== false) received.push(Number(message.properties.headers?.['Fhir-Last-Event-Number'] ?? 0));
+          return received.length >= 5 ? true : undefined;
+        },
+        15_000,
+        'the handshake and four events',
+      );
+      expect(received).toEqual([0, 1, 2, 3, 4]);
+      expect((await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id])).rows[0]!.status).toBe('active');
+    } finally {
+      await connection.close();
+    }
   });
 
   it.each([
