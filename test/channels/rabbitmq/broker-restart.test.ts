@@ -1,0 +1,142 @@
+import { readFileSync } from 'node:fs';
+import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backportChannelType, channelTypeSystem } from '../../../src/channels/registry.ts';
+import { loadConfig } from '../../../src/config/index.ts';
+import { startWorkers, type Workers } from '../../../src/dispatch/worker.ts';
+import { createMetrics } from '../../../src/metrics/metrics.ts';
+import { addTopics } from '../../../src/topics/store.ts';
+import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../../support/app.ts';
+import { startOwnRabbitMq, type OwnRabbitMq } from '../../support/rabbitmq.ts';
+import { waitFor } from '../../support/receiver.ts';
+import { untilStatus } from '../../support/subscriptions.ts';
+
+/**
+ * RabbitMQ stopped mid-stream and started again (issue 37, item 3): a node of
+ * the test's own, killed while a subscription's events are being written, and
+ * started again on the same data. The events written meanwhile fail, are
+ * retried by the subscription's retry policy, and reach the durable queue once
+ * the node is back: none lost, in number order (a redelivery, if any, with the
+ * message id of the first), without an operator.
+ */
+
+const topicUrl = 'http://example.org/topics/encounter-complete';
+const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
+const exchange = 'fhir-webhooks-restart';
+const queue = 'fhir-webhooks-restart';
+
+let node: OwnRabbitMq;
+let t: TestApp;
+let workers: Workers;
+
+beforeAll(async () => {
+  node = await startOwnRabbitMq();
+  // Durable, so that the queue and its messages outlive the node's restart.
+  await withChannel(async (channel) => {
+    await channel.assertExchange(exchange, 'topic', { durable: true });
+    await channel.assertQueue(queue, { durable: true });
+    await channel.bindQueue(queue, exchange, 'fhir.#');
+  });
+  const brokers = JSON.stringify({ own: { type: 'rabbitmq', url: node.url, exchanges: [exchange] } });
+  const config = loadConfig({ BROKERS: brokers, BASE_URL: baseUrl, DELIVERY_RESPONSE_TIMEOUT_MS: '2000', RETRY_POLICY_MIN_DELAY_MS: '100' });
+  t = await startTestApp({ outbound: { delivery: config.delivery, oauth: undefined, metrics: createMetrics() } });
+  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
+  workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+}, 90_000);
+afterAll(async () => {
+  await workers?.stop();
+  await t?.close();
+  await node?.close();
+});
+
+async function withChannel<T>(body: (channel: Channel) => Promise<T>): Promise<T> {
+  const connection: ChannelModel = await amqp.connect(node.url);
+  try {
+    return await body(await connection.createChannel());
+  } finally {
+    await connection.close().catch(() => undefined);
+  }
+}
+
+const queued = () => withChannel(async (channel) => (await channel.checkQueue(queue)).messageCount).catch(() => -1);
+
+const finishedEncounter = (n: number) => ({
+  resourceType: 'Encounter',
+  id: `rabbit-restart-${n}`,
+  status: 'finished',
+  class: { code: 'AMB' },
+  subject: { reference: 'Patient/rabbit-restart' },
+});
+
+describe('a RabbitMQ node that stops mid-stream and starts again', () => {
+  it('gets every event, in number order, with no operator: the failed ones are retried until it is back', { timeout: 90_000 }, async () => {
+    const created = await t.fhir('POST', '/Subscription', {
+      resourceType: 'Subscription',
+      status: 'requested',
+      reason: 'broker restart',
+      criteria: topicUrl,
+      // Patient enough for an outage of several seconds: 18 attempts, 200 ms growing to 1 s.
+      extension: [
+        {
+          url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`,
+          extension: [
+            { url: 'maxAttempts', valuePositiveInt: 18 },
+            { url: 'firstDelay', valueDuration: { value: 200, system: 'http://unitsofmeasure.org', code: 'ms' } },
+            { url: 'growth', valueDecimal: 1.5 },
+            { url: 'maxDelay', valueDuration: { value: 1, system: 'http://unitsofmeasure.org', code: 's' } },
+          ],
+        },
+      ],
+      _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: 'Encounter?patient=Patient/rabbit-restart' }] },
+      channel: {
+        type: 'message',
+        _type: { extension: [{ url: backportChannelType, valueCoding: { system: channelTypeSystem(baseUrl), code: 'rabbitmq' } }] },
+        endpoint: `rabbitmq://own/${exchange}/fhir.encounters`,
+        payload: 'application/fhir+json',
+        _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
+      },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json<{ id: string }>();
+    await untilStatus(t, id, 'active');
+
+    for (const n of [1, 2, 3, 4, 5]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(n));
+    const delivered = async () =>
+      (
+        await t.database.pool.query<{ delivered: number }>(
+          `SELECT count(*)::int AS delivered FROM webhook.delivery_attempts WHERE subscription_id = $1 AND outcome = 'delivered'`,
+          [id],
+        )
+      ).rows[0]!.delivered;
+    // The handshake and five events confirmed (and recorded) before the node dies.
+    await waitFor(async () => ((await delivered()) >= 6 ? true : undefined), 15_000, 'six confirmed');
+    await node.stop();
+    for (const n of [6, 7, 8, 9, 10]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(n));
+    await waitFor(
+      async () => {
+        const { rows } = await t.database.pool.query<{ retrying: number }>(
+          `SELECT count(*)::int AS retrying FROM webhook.delivery_attempts WHERE subscription_id = $1 AND outcome = 'retrying'`,
+          [id],
+        );
+        return rows[0]!.retrying > 0 ? true : undefined;
+      },
+      15_000,
+      'a failed publish while the node is down',
+    );
+    await node.start();
+
+    await waitFor(async () => ((await queued()) >= 11 ? true : undefined), 30_000, 'eleven messages in the queue');
+    const messages = await withChannel(async (channel) => {
+      const read: { messageId: string; eventNumber: number }[] = [];
+      for (let message = await channel.get(queue, { noAck: true }); message !== false; message = await channel.get(queue, { noAck: true })) {
+        read.push({ messageId: String(message.properties.messageId), eventNumber: Number(message.properties.headers?.['Fhir-Last-Event-Number'] ?? 0) });
+      }
+      return read;
+    });
+    // At least once: a message the node stored before a confirm it never sent may come twice, with its own id.
+    const once = messages.filter((message, index) => messages.findIndex((other) => other.messageId === message.messageId) === index);
+    expect(once.map((message) => message.eventNumber)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect((await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id])).rows[0]!.status).toBe('active');
+  });
+});
