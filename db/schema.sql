@@ -733,9 +733,9 @@ CREATE OR REPLACE FUNCTION fhirpath.date_time(value text)
 AS $function$
 DECLARE
   part text[] := regexp_match(
-    CASE WHEN value ~ '^T?\d\d(:|$)' THEN '1970-01-01T' || ltrim(value, 'T') ELSE value END,
-    '^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T(?:([01]\d|2[0-3])(?::([0-5]\d)(?::([0-5]\d|60)(\.\d+)?)?)?'
-    '(Z|[+-](?:0\d|1[0-3]):[0-5]\d|[+-]14:00)?)?)?)?)?$');
+    CASE WHEN value ~ '^T?[0-9][0-9](:|$)' THEN '1970-01-01T' || ltrim(value, 'T') ELSE value END,
+    '^([0-9]{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12][0-9]|3[01])(?:T(?:([01][0-9]|2[0-3])(?::([0-5][0-9])(?::([0-5][0-9]|60)(\.[0-9]+)?)?)?'
+    '(Z|[+-](?:0[0-9]|1[0-3]):[0-5][0-9]|[+-]14:00)?)?)?)?)?$');
   year integer := part[1]::integer;
   month integer := coalesce(part[2]::integer, 1);
   day integer := coalesce(part[3]::integer, 1);

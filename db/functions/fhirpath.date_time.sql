@@ -10,7 +10,9 @@
 -- is read as UTC: a date has none, and a dateTime with a time has one in FHIR
 -- (a FHIRPath literal may not); FHIRPath leaves that zone to the evaluation,
 -- and this evaluation's is UTC (docs/topics.md). A leap second (:60) counts as
--- :59, as fhirpath.js counts it. The pattern is fhirpath.js's (and FHIR's). NULL when the text is none of these, or no
+-- :59, as fhirpath.js counts it. The pattern is fhirpath.js's (and FHIR's), its
+-- digits [0-9]: \d follows the database's collation, and under an ICU one takes
+-- other scripts' digits, which the integer casts below would then refuse. NULL when the text is none of these, or no
 -- such day (a loader's malformed row): it then compares as nothing, and no
 -- error aborts the write.
 --
@@ -21,9 +23,9 @@ CREATE OR REPLACE FUNCTION fhirpath.date_time(value text) RETURNS numeric[]
 AS $$
 DECLARE
   part text[] := regexp_match(
-    CASE WHEN value ~ '^T?\d\d(:|$)' THEN '1970-01-01T' || ltrim(value, 'T') ELSE value END,
-    '^(\d{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01])(?:T(?:([01]\d|2[0-3])(?::([0-5]\d)(?::([0-5]\d|60)(\.\d+)?)?)?'
-    '(Z|[+-](?:0\d|1[0-3]):[0-5]\d|[+-]14:00)?)?)?)?)?$');
+    CASE WHEN value ~ '^T?[0-9][0-9](:|$)' THEN '1970-01-01T' || ltrim(value, 'T') ELSE value END,
+    '^([0-9]{4})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12][0-9]|3[01])(?:T(?:([01][0-9]|2[0-3])(?::([0-5][0-9])(?::([0-5][0-9]|60)(\.[0-9]+)?)?)?'
+    '(Z|[+-](?:0[0-9]|1[0-3]):[0-5][0-9]|[+-]14:00)?)?)?)?)?$');
   year integer := part[1]::integer;
   month integer := coalesce(part[2]::integer, 1);
   day integer := coalesce(part[3]::integer, 1);

@@ -83,8 +83,9 @@ const environmentSchema = z.object({
   // The bounds of a subscription's own retry policy (src/subscriptions/retry-policy.ts): 18 attempts is
   // Medplum's bound for its subscription-max-attempts, so that its subscriptions keep their meaning.
   RETRY_POLICY_MAX_ATTEMPTS: wholeNumber(1, 100).default(18),
-  RETRY_POLICY_MIN_DELAY_MS: milliseconds.default(1_000),
-  RETRY_POLICY_MAX_DELAY_MS: milliseconds.default(24 * 60 * 60 * 1000),
+  // Within webhook.subscriptions' integer columns of milliseconds (about 24.8 days).
+  RETRY_POLICY_MIN_DELAY_MS: wholeNumber(1, 2 ** 31 - 1).default(1_000),
+  RETRY_POLICY_MAX_DELAY_MS: wholeNumber(1, 2 ** 31 - 1).default(24 * 60 * 60 * 1000),
   BROKERS: brokersSetting.optional(),
   DELIVERY_CONNECT_TIMEOUT_MS: milliseconds.default(5_000),
   DELIVERY_RESPONSE_TIMEOUT_MS: milliseconds.default(defaultResponseTimeoutMs),

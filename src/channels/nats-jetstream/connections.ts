@@ -28,13 +28,20 @@ export class NatsConnections {
         servers: `${url.protocol}//${url.host}`,
         // The credentials go to the client apart from the server's address, which it may show in its errors.
         ...(url.username === '' ? {} : { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }),
+        // tls:// requires TLS: without it the client uses TLS only when the server offers it, and would send the credentials in clear.
+        ...(url.protocol === 'tls:' ? { tls: {} } : {}),
         name: 'fhir-webhooks',
         timeout: timeoutMs,
         // Once connected, it reconnects for as long as the process runs: a broker that comes back needs no operator.
         maxReconnectAttempts: -1,
       });
       this.connections.set(name, connection);
-      connection.catch(() => this.connections.delete(name));
+      const made = connection;
+      const forget = () => {
+        if (this.connections.get(name) === made) this.connections.delete(name);
+      };
+      // Not made, or closed for good (the client gives up reconnecting after repeated authorization errors): the next send connects again.
+      made.then((connected) => connected.closed().then(forget), forget);
     }
     return jetstream(await connection, { timeout: timeoutMs });
   }

@@ -30,7 +30,9 @@ export const rabbitmq: Channel<RabbitContext> = {
   async send(context, target, { body, message, lastEventNumber }, signal) {
     if (signal?.aborted) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
     const result = timedResults();
-    // The request checked it against the operator's brokers; a broker removed since is a refusal for good.
+    // The request checked it against the operator's brokers; a broker or destination the operator no longer allows is a refusal for good.
+    const refused = destinationRefusal(target.endpoint, context.delivery.brokers);
+    if (refused !== undefined) return result('permanent', { error: refused.replace(/^channel\.endpoint/, target.endpoint) });
     const destination = destinationOf(target.endpoint);
     const timeoutMs = acknowledgementTimeoutMs(context, target);
     const publisher =
