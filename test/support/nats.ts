@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { jetstreamManager, type StoredMsg } from '@nats-io/jetstream';
+import { DiscardPolicy, jetstreamManager, type StoredMsg } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { freePort, waitFor } from './receiver.ts';
 
@@ -14,22 +14,30 @@ export const natsUrl = process.env.TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
 /**
  * A JetStream stream of its own on the machine's NATS server, taking the
  * subjects under a prefix of its own (so that files running at once never
- * see each other's messages), and what it holds, in stream order.
+ * see each other's messages), and what it holds, in stream order. With
+ * `maxMessages`, a stream that holds that many at most and refuses a publish
+ * beyond them (discard new): a consumer that has not read yet.
  */
 export type TestStream = {
   /** The subjects it takes: `<prefix>.>`. */
   prefix: string;
   /** Its messages, in stream order, once at least `count` are there. */
   messages(count: number, timeoutMs?: number): Promise<StoredMsg[]>;
+  /** Its first message, read and deleted (room for another), or undefined when it holds none. */
+  take(): Promise<StoredMsg | undefined>;
   close(): Promise<void>;
 };
 
-export async function createTestStream(url = natsUrl): Promise<TestStream> {
+export async function createTestStream(url = natsUrl, { maxMessages }: { maxMessages?: number } = {}): Promise<TestStream> {
   const connection: NatsConnection = await connect({ servers: url, maxReconnectAttempts: -1 });
   const manager = await jetstreamManager(connection);
   const name = `fhir_webhooks_test_${randomUUID().replaceAll('-', '')}`;
   const prefix = name.replaceAll('_', '-');
-  await manager.streams.add({ name, subjects: [`${prefix}.>`] });
+  await manager.streams.add({
+    name,
+    subjects: [`${prefix}.>`],
+    ...(maxMessages === undefined ? {} : { max_msgs: maxMessages, discard: DiscardPolicy.New }),
+  });
   const read = async (): Promise<StoredMsg[]> => {
     const info = await manager.streams.info(name);
     const found: StoredMsg[] = [];
@@ -51,6 +59,13 @@ export async function createTestStream(url = natsUrl): Promise<TestStream> {
         timeoutMs,
         `${count} messages in the stream`,
       ),
+    take: async () => {
+      const { state } = await manager.streams.info(name);
+      if (state.messages === 0) return undefined;
+      const first = await manager.streams.getMessage(name, { seq: state.first_seq });
+      await manager.streams.deleteMessage(name, state.first_seq);
+      return first ?? undefined;
+    },
     close: async () => {
       await manager.streams.delete(name).catch(() => undefined);
       await connection.close();

@@ -1,6 +1,7 @@
+import { JetStreamApiError } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
-import { ShutdownAbort, type Channel, type ChannelContext } from '../channel.ts';
-import { acknowledgementTimeoutMs, brokerElement, timedResults } from '../broker.ts';
+import type { Channel, ChannelContext } from '../channel.ts';
+import { brokerElement, sendToBroker } from '../broker.ts';
 import type { NatsConnections } from './connections.ts';
 import { destinationOf, destinationRefusal } from './destination.ts';
 
@@ -30,41 +31,38 @@ export const natsJetStream: Channel<NatsContext> = {
   topicOnly: true,
   element: brokerElement('nats-jetstream'),
   endpointRefusal: (endpoint, { brokers }) => destinationRefusal(endpoint, brokers),
-  async send(context, target, { body, message, lastEventNumber }, signal) {
-    if (signal?.aborted) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
-    const result = timedResults();
-    // The request checked it against the operator's brokers; a broker or destination the operator no longer allows is a refusal for good.
-    const refused = destinationRefusal(target.endpoint, context.delivery.brokers);
-    if (refused !== undefined) return result('permanent', { error: refused.replace(/^channel\.endpoint/, target.endpoint) });
-    const destination = destinationOf(target.endpoint);
-    const timeoutMs = acknowledgementTimeoutMs(context, target);
-    const client =
-      destination === undefined ? undefined : await context.nats.jetstream(destination.broker, timeoutMs).catch((error: unknown) => error as Error);
-    if (destination === undefined || client === undefined) {
-      return result('permanent', { error: `the broker of ${target.endpoint} is not one this service has (BROKERS)` });
-    }
-    if (client instanceof Error) return result('retryable', { error: `the broker ${destination.broker} could not be reached: ${client.message}` });
-    const messageHeaders = headers();
-    messageHeaders.set('Content-Type', contentType);
-    messageHeaders.set('Fhir-Subscription', target.id);
-    if (lastEventNumber !== null) messageHeaders.set('Fhir-Last-Event-Number', String(lastEventNumber));
-    try {
-      const ack = await client.publish(destination.subject, JSON.stringify(body), {
-        msgID: `${target.id}:${message}`,
-        headers: messageHeaders,
-        timeout: timeoutMs,
-      });
-      return result('delivered', {
-        responseExcerpt: `stream ${ack.stream}, sequence ${ack.seq}${ack.duplicate ? ' (a duplicate: the stream had it already)' : ''}`,
-      });
-    } catch (error) {
-      // No stream takes the subject (NATS answers "no responders"), or no acknowledgement in time: retried, as a 5xx is.
-      const text = error instanceof Error ? error.message : String(error);
-      return result('retryable', {
-        error: /no responders|not enabled/i.test(text)
-          ? `no JetStream stream of the broker ${destination.broker} takes the subject ${destination.subject}`
-          : `the broker ${destination.broker} did not acknowledge the message: ${text}`,
-      });
-    }
-  },
+  send: (context, target, { body, message, lastEventNumber }, signal) =>
+    sendToBroker(
+      context,
+      target,
+      signal,
+      { of: destinationOf, refusal: destinationRefusal },
+      (destination, timeoutMs) => context.nats.jetstream(destination.broker, timeoutMs),
+      async (client, destination, timeoutMs, result) => {
+        const messageHeaders = headers();
+        messageHeaders.set('Content-Type', contentType);
+        messageHeaders.set('Fhir-Subscription', target.id);
+        if (lastEventNumber !== null) messageHeaders.set('Fhir-Last-Event-Number', String(lastEventNumber));
+        try {
+          const ack = await client.publish(destination.subject, JSON.stringify(body), {
+            msgID: `${target.id}:${message}`,
+            headers: messageHeaders,
+            timeout: timeoutMs,
+          });
+          return result('delivered', {
+            responseExcerpt: `stream ${ack.stream}, sequence ${ack.seq}${ack.duplicate ? ' (a duplicate: the stream had it already)' : ''}`,
+          });
+        } catch (error) {
+          // No stream takes the subject (NATS answers "no responders"), the stream refused it (full, discarding new), or no acknowledgement in time: retried, as a 5xx is.
+          const text = error instanceof Error ? error.message : String(error);
+          if (/no responders|not enabled/i.test(text)) {
+            return result('retryable', { error: `no JetStream stream of the broker ${destination.broker} takes the subject ${destination.subject}` });
+          }
+          if (error instanceof JetStreamApiError) {
+            return result('retryable', { error: `the stream of the broker ${destination.broker} refused the message: ${text}` });
+          }
+          return result('retryable', { error: `the broker ${destination.broker} did not acknowledge the message: ${text}` });
+        }
+      },
+    ),
 };

@@ -1,4 +1,4 @@
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect, type ConnectionOptions, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
 import type { Brokers } from '../../config/brokers.ts';
 
@@ -12,6 +12,7 @@ import type { Brokers } from '../../config/brokers.ts';
 export class NatsConnections {
   private readonly brokers: Brokers;
   private readonly connections = new Map<string, Promise<NatsConnection>>();
+  private closed = false;
 
   constructor(brokers: Brokers) {
     this.brokers = brokers;
@@ -24,7 +25,7 @@ export class NatsConnections {
     let connection = this.connections.get(name);
     if (connection === undefined) {
       const url = new URL(broker.url);
-      connection = connect({
+      connection = this.connect({
         servers: `${url.protocol}//${url.host}`,
         // The credentials go to the client apart from the server's address, which it may show in its errors.
         ...(url.username === '' ? {} : { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }),
@@ -46,7 +47,19 @@ export class NatsConnections {
     return jetstream(await connection, { timeout: timeoutMs });
   }
 
+  /** A connection, closed again when it was made while this process was closing them. */
+  private async connect(options: ConnectionOptions): Promise<NatsConnection> {
+    if (this.closed) throw new Error('the worker is shutting down');
+    const connection = await connect(options);
+    if (this.closed) {
+      await connection.close();
+      throw new Error('the worker is shutting down');
+    }
+    return connection;
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
     const open = [...this.connections.values()];
     this.connections.clear();
     await Promise.allSettled(open.map(async (connection) => (await connection).close()));

@@ -1,59 +1,82 @@
-import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
+import amqp, { type ChannelModel } from 'amqplib';
 import type { Brokers } from '../../config/brokers.ts';
-
-/** A confirm channel to a broker, and the message ids the broker returned as unroutable on it. */
-export type Publisher = { channel: ConfirmChannel; returned: Set<string> };
+import { Publisher } from './publisher.ts';
 
 /**
  * A process's connections to the operator's RabbitMQ brokers (BROKERS): one
- * connection and one confirm channel per broker, made on the first send and
- * kept while they last. The broker closes a channel on a publish it refuses (an
- * exchange that does not exist) and a connection when it stops: either is
- * forgotten then, and the next send makes them again, so a broker that comes
- * back needs no operator. Messages the broker returns as unroutable
- * (mandatory) are noted by id: the return comes before the confirm.
+ * connection per broker, and on it one confirm channel per exchange, each made
+ * on the first send and kept while it lasts. The broker closes a channel when
+ * it refuses a publish (an exchange that does not exist), and so a channel is
+ * an exchange's alone: the other exchanges' publishes in flight on the
+ * connection go on. The broker closes the connection when it stops. Either is
+ * forgotten then, and the next send makes it again: a broker that comes back
+ * needs no operator.
  */
 export class RabbitConnections {
   private readonly brokers: Brokers;
-  private readonly publishers = new Map<string, Promise<{ connection: ChannelModel; publisher: Publisher }>>();
+  private readonly connections = new Map<string, Promise<ChannelModel>>();
+  /** By broker and exchange. */
+  private readonly publishers = new Map<string, Promise<Publisher>>();
+  private closed = false;
 
   constructor(brokers: Brokers) {
     this.brokers = brokers;
   }
 
-  /** The publisher of the broker named `name`; undefined when the operator has no such RabbitMQ broker (any more). */
-  async publisher(name: string, timeoutMs: number): Promise<Publisher | undefined> {
-    const broker = this.brokers[name];
-    if (broker?.type !== 'rabbitmq') return undefined;
-    let opened = this.publishers.get(name);
-    if (opened === undefined) {
-      opened = (async () => {
-        const connection = await amqp.connect(broker.url, { timeout: timeoutMs, clientProperties: { connection_name: 'fhir-webhooks' } });
-        const forget = () => {
-          if (this.publishers.get(name) === opened) this.publishers.delete(name);
-        };
-        connection.on('close', forget);
-        // Without a listener an 'error' would be thrown; the close that follows it forgets the connection.
-        connection.on('error', () => undefined);
-        const channel = await connection.createConfirmChannel();
-        const returned = new Set<string>();
-        channel.on('return', (message: { properties: { messageId?: unknown } }) => returned.add(String(message.properties.messageId)));
-        channel.on('error', () => undefined);
-        channel.on('close', () => {
-          forget();
-          void connection.close().catch(() => undefined);
-        });
-        return { connection, publisher: { channel, returned } };
-      })();
-      this.publishers.set(name, opened);
-      opened.catch(() => this.publishers.delete(name));
+  /** The publisher to `exchange` of the broker named `name`; undefined when the operator has no such RabbitMQ broker (any more). */
+  async publisher(name: string, exchange: string, timeoutMs: number): Promise<Publisher | undefined> {
+    if (this.brokers[name]?.type !== 'rabbitmq') return undefined;
+    const key = `${name}/${exchange}`;
+    const kept = this.publishers.get(key);
+    const publisher = await kept;
+    if (publisher !== undefined && !publisher.closed) return publisher;
+    // None yet, or the broker closed its channel: another, unless a concurrent send made it already.
+    let opened = this.publishers.get(key);
+    if (opened === kept || opened === undefined) {
+      const made = this.connection(name, timeoutMs).then(async (connection) => new Publisher(await connection.createConfirmChannel()));
+      this.publishers.set(key, made);
+      made.catch(() => {
+        if (this.publishers.get(key) === made) this.publishers.delete(key);
+      });
+      opened = made;
     }
-    return (await opened).publisher;
+    return opened;
+  }
+
+  /** The connection to the broker named `name`, made when there is none. */
+  private connection(name: string, timeoutMs: number): Promise<ChannelModel> {
+    const kept = this.connections.get(name);
+    if (kept !== undefined) return kept;
+    const broker = this.brokers[name];
+    if (broker?.type !== 'rabbitmq') return Promise.reject(new Error(`no RabbitMQ broker ${name}`));
+    const made = (async () => {
+      if (this.closed) throw new Error('the worker is shutting down');
+      const connection = await amqp.connect(broker.url, { timeout: timeoutMs, clientProperties: { connection_name: 'fhir-webhooks' } });
+      // Made while this process was closing them: not kept open.
+      if (this.closed) {
+        await connection.close().catch(() => undefined);
+        throw new Error('the worker is shutting down');
+      }
+      // Without a listener an 'error' would be thrown; the close that follows it forgets the connection.
+      connection.on('error', () => undefined);
+      connection.on('close', () => {
+        if (this.connections.get(name) === made) this.connections.delete(name);
+        for (const key of [...this.publishers.keys()]) if (key.startsWith(`${name}/`)) this.publishers.delete(key);
+      });
+      return connection;
+    })();
+    this.connections.set(name, made);
+    made.catch(() => {
+      if (this.connections.get(name) === made) this.connections.delete(name);
+    });
+    return made;
   }
 
   async close(): Promise<void> {
-    const open = [...this.publishers.values()];
+    this.closed = true;
+    const open = [...this.connections.values()];
+    this.connections.clear();
     this.publishers.clear();
-    await Promise.allSettled(open.map(async (opened) => (await opened).connection.close()));
+    await Promise.allSettled(open.map(async (opened) => (await opened).close()));
   }
 }

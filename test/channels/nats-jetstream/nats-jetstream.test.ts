@@ -26,10 +26,14 @@ const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
 let t: TestApp;
 let workers: Workers;
 let stream: TestStream;
+/** A stream of two messages at most, which refuses more: a consumer that has not read yet. */
+let fullStream: TestStream;
 
 beforeAll(async () => {
   stream = await createTestStream();
-  const brokers = JSON.stringify({ events: { type: 'nats-jetstream', url: natsUrl, subjects: [`${stream.prefix}.>`, `${stream.prefix}-unstreamed.>`] } });
+  fullStream = await createTestStream(natsUrl, { maxMessages: 2 });
+  const subjects = [`${stream.prefix}.>`, `${stream.prefix}-unstreamed.>`, `${fullStream.prefix}.>`];
+  const brokers = JSON.stringify({ events: { type: 'nats-jetstream', url: natsUrl, subjects } });
   const config = loadConfig({ BROKERS: brokers, BASE_URL: baseUrl, DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_RESPONSE_TIMEOUT_MS: '2000' });
   t = await startTestApp({ outbound: { delivery: config.delivery, oauth: undefined, metrics: createMetrics() } });
   await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
@@ -39,6 +43,7 @@ afterAll(async () => {
   await workers?.stop();
   await t?.close();
   await stream?.close();
+  await fullStream?.close();
 });
 
 /** Subscription.channel for the broker channel: R4's message, the custom type in the Backport IG's extension. */
@@ -134,6 +139,32 @@ describe('the nats-jetstream channel', () => {
     const [handshake] = await attemptsOf(t, id);
     expect(handshake).toMatchObject({ kind: 'handshake', outcome: 'failed' });
     expect(handshake!.error).toContain(`no JetStream stream of the broker events takes the subject ${stream.prefix}-unstreamed.encounters`);
+  });
+
+  it('waits out a slow consumer: a full stream refuses the publish, which is retried until the consumer has read, none lost, in order', async () => {
+    const patient = { url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`, extension: [{ url: 'maxAttempts', valuePositiveInt: 10 }] };
+    const endpoint = `nats-jetstream://events/${fullStream.prefix}.encounters`;
+    const created = await t.fhir('POST', '/Subscription', subscription('nats-slow', natsChannel(endpoint), [patient]));
+    expect(created.statusCode, created.body).toBe(201);
+    const { id } = created.json<{ id: string }>();
+    await untilStatus(t, id, 'active');
+    // The handshake is one of the two the stream holds; four events follow.
+    for (const n of [1, 2, 3, 4]) await t.fhir('PUT', `/Encounter/nats-slow-${n}`, finishedEncounter(`nats-slow-${n}`, 'nats-slow'));
+    const refused = await waitFor(async () => (await attemptsOf(t, id)).find((attempt) => attempt.outcome === 'retrying'), 10_000, 'a refused publish');
+    expect(refused.error).toBe('the stream of the broker events refused the message: maximum messages exceeded');
+    // The consumer reads at last, one message at a time, until it has the handshake and the four events.
+    const received: number[] = [];
+    await waitFor(
+      async () => {
+        const message = await fullStream.take();
+        if (message !== undefined) received.push(Number(message.header?.get('Fhir-Last-Event-Number') || 0));
+        return received.length >= 5 ? true : undefined;
+      },
+      15_000,
+      'the handshake and four events',
+    );
+    expect(received).toEqual([0, 1, 2, 3, 4]);
+    expect((await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id])).rows[0]!.status).toBe('active');
   });
 
   it.each([

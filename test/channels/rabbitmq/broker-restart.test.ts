@@ -70,13 +70,13 @@ const finishedEncounter = (n: number) => ({
 });
 
 describe('a RabbitMQ node that stops mid-stream and starts again', () => {
-  it('gets every event, in number order, with no operator: the failed ones are retried until it is back', { timeout: 90_000 }, async () => {
+  it('gets every event, in number order, with no operator: the failed ones are retried until it is back', { timeout: 180_000 }, async () => {
     const created = await t.fhir('POST', '/Subscription', {
       resourceType: 'Subscription',
       status: 'requested',
       reason: 'broker restart',
       criteria: topicUrl,
-      // Patient enough for an outage of several seconds: 18 attempts, 200 ms growing to 1 s.
+      // Patient enough for a node that boots slowly on a busy machine (a minute and more): 18 attempts, 200 ms growing to 5 s.
       extension: [
         {
           url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`,
@@ -84,7 +84,7 @@ describe('a RabbitMQ node that stops mid-stream and starts again', () => {
             { url: 'maxAttempts', valuePositiveInt: 18 },
             { url: 'firstDelay', valueDuration: { value: 200, system: 'http://unitsofmeasure.org', code: 'ms' } },
             { url: 'growth', valueDecimal: 1.5 },
-            { url: 'maxDelay', valueDuration: { value: 1, system: 'http://unitsofmeasure.org', code: 's' } },
+            { url: 'maxDelay', valueDuration: { value: 5, system: 'http://unitsofmeasure.org', code: 's' } },
           ],
         },
       ],
@@ -126,7 +126,7 @@ describe('a RabbitMQ node that stops mid-stream and starts again', () => {
     );
     await node.start();
 
-    await waitFor(async () => ((await queued()) >= 11 ? true : undefined), 30_000, 'eleven messages in the queue');
+    await waitFor(async () => ((await queued()) >= 11 ? true : undefined), 60_000, 'eleven messages in the queue');
     const messages = await withChannel(async (channel) => {
       const read: { messageId: string; eventNumber: number }[] = [];
       for (let message = await channel.get(queue, { noAck: true }); message !== false; message = await channel.get(queue, { noAck: true })) {
