@@ -4,6 +4,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import amqp, { type ConsumeMessage } from 'amqplib';
 import pg from 'pg';
+import type { Brokers } from '../../../src/config/brokers.ts';
 import { wallNow } from '../../support/bench-receiver.ts';
 import { until } from '../../support/waiting.ts';
 import type { BenchReceiver } from '../../support/bench-receiver.ts';
@@ -27,23 +28,70 @@ const rabbitUrl = process.env.BENCH_RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.
  * and in event-number order.
  */
 export async function brokerRows(url: string, receiver: BenchReceiver, events: number): Promise<Row[]> {
-  return [await natsRow(url, receiver, events), await rabbitRow(url, receiver, events)];
+  return [await brokerRow(url, receiver, events, await natsUnderTest(events)), await brokerRow(url, receiver, events, await rabbitUnderTest(events))];
 }
 
-type Received = { eventNumbers: number[] };
+/** A broker as a row measures it: what it is to the service, the bare client's rate, and a consumer of the subscription's messages. */
+type BrokerUnderTest = {
+  channelType: 'nats-jetstream' | 'rabbitmq';
+  /** Its entry in BROKERS, as `bench`. */
+  broker: Brokers[string];
+  /** The subscription's destination on `bench`. */
+  endpoint: string;
+  /** The bare client's acknowledged publishes a second, measured as it was set up. */
+  rawPerSecond: number;
+  /** Starts reading the subscription's messages, telling each one's event number; resolves to what stops the reading. */
+  consume(received: (eventNumber: number) => void): Promise<() => Promise<void>>;
+  close(): Promise<void>;
+};
 
-/** What a broker row reports: the service's rate, the bare client's, and the checks of what the consumer got. */
-function brokerRow(broker: string, events: number, seconds: number, rawPerSecond: number, received: Received): Row {
-  const numbers = received.eventNumbers;
-  const inOrder = numbers.every((number, index) => number === index + 1);
-  const perSecond = events / seconds;
-  return {
-    row: `${broker}: one topic subscription, ${events.toLocaleString('en')} events of one statement into the broker, received in order (raw: a bare client, each acknowledged, ${Math.round(rawPerSecond).toLocaleString('en')} msgs/s)`,
-    figure: perSecond,
-    unit: 'events/s',
-    ratioToCeiling: perSecond / rawPerSecond,
-    checks: `${numbers.length} received, ${new Set(numbers).size} distinct, ${inOrder ? 'in order' : 'OUT OF ORDER'}`,
-  };
+/** A notification's size, as the bare client publishes it. */
+const rawBody = JSON.stringify({ resourceType: 'Bundle', padding: 'x'.repeat(700) });
+
+/** The row of one broker: from the statement's commit to the last message the consumer received, and what it received. */
+async function brokerRow(url: string, receiver: BenchReceiver, events: number, underTest: BrokerUnderTest): Promise<Row> {
+  const { channelType, rawPerSecond } = underTest;
+  try {
+    return await withDispatcher(
+      url,
+      receiver,
+      async (bench) => {
+        const topicUrl = await addExampleTopic(bench);
+        const writer = new pg.Client({ connectionString: url });
+        await writer.connect();
+        try {
+          const id = await brokerSubscription(bench, writer, topicUrl, channelType, underTest.endpoint);
+          const eventNumbers: number[] = [];
+          let lastAt = 0;
+          const stop = await underTest.consume((eventNumber) => {
+            eventNumbers.push(eventNumber);
+            lastAt = wallNow();
+          });
+          const committedAt = await writeFinished(writer, `bench-${channelType}-`, `Patient/bench-${channelType}`, events);
+          await until(async () => eventNumbers.length >= events, 120_000, 'every message');
+          // Any message beyond them (a duplicate) would come now, and show in the checks.
+          await sleep(300);
+          await stop();
+          await switchOff(writer, id);
+          const inOrder = eventNumbers.every((number, index) => number === index + 1);
+          const perSecond = events / ((lastAt - committedAt) / 1000);
+          return {
+            row: `${channelType}: one topic subscription, ${events.toLocaleString('en')} events of one statement into the broker, received in order (raw: a bare client, each acknowledged, ${Math.round(rawPerSecond).toLocaleString('en')} msgs/s)`,
+            figure: perSecond,
+            unit: 'events/s',
+            ratioToCeiling: perSecond / rawPerSecond,
+            checks: `${eventNumbers.length} received, ${new Set(eventNumbers).size} distinct, ${inOrder ? 'in order' : 'OUT OF ORDER'}`,
+          };
+        } finally {
+          await writer.end();
+        }
+      },
+      'worker',
+      { BROKERS: JSON.stringify({ bench: underTest.broker }) },
+    );
+  } finally {
+    await underTest.close();
+  }
 }
 
 /**
@@ -78,67 +126,43 @@ async function writeFinished(client: pg.Client, prefix: string, patient: string,
   return wallNow();
 }
 
-async function natsRow(url: string, receiver: BenchReceiver, events: number): Promise<Row> {
+/** The machine's NATS: a stream for the subscription's messages, read by an ordered consumer, and one for the bare client's. */
+async function natsUnderTest(events: number): Promise<BrokerUnderTest> {
   const connection = await connect({ servers: natsUrl });
   const manager = await jetstreamManager(connection);
   const name = `fhir_webhooks_bench_${randomUUID().replaceAll('-', '')}`;
   const prefix = name.replaceAll('_', '-');
-  // A stream for the bare client's messages and one for the subscription's: the ordered consumer reads the latter whole
-  // (a consumer's filter_subjects needs NATS 2.10; this machine runs 2.9).
+  // Two streams, as the ordered consumer reads the subscription's whole (a consumer's filter_subjects needs NATS 2.10; this machine runs 2.9).
   await manager.streams.add({ name, subjects: [`${prefix}.>`] });
   await manager.streams.add({ name: `${name}_raw`, subjects: [`${prefix}-raw.>`] });
-  try {
-    // The raw rate: as many messages of a notification's size, one at a time, each acknowledged.
-    const client = jetstream(connection);
-    const body = JSON.stringify({ resourceType: 'Bundle', padding: 'x'.repeat(700) });
-    const rawStarted = wallNow();
-    for (let n = 0; n < events; n++) await client.publish(`${prefix}-raw.messages`, body, { msgID: `raw-${n}` });
-    const rawPerSecond = events / ((wallNow() - rawStarted) / 1000);
-
-    const brokers = JSON.stringify({ bench: { type: 'nats-jetstream', url: natsUrl, subjects: [`${prefix}.>`] } });
-    return await withDispatcher(
-      url,
-      receiver,
-      async (bench) => {
-        const topicUrl = await addExampleTopic(bench);
-        const writer = new pg.Client({ connectionString: url });
-        await writer.connect();
-        try {
-          const id = await brokerSubscription(bench, writer, topicUrl, 'nats-jetstream', `nats-jetstream://bench/${prefix}.events`);
-          // The consumer: an ordered consumer of the subject, reading as the messages arrive.
-          const consumer = await client.consumers.get(name);
-          const eventNumbers: number[] = [];
-          let lastAt = 0;
-          const messages = await consumer.consume();
-          const reading = (async () => {
-            for await (const message of messages) {
-              eventNumbers.push(Number(message.headers?.get('Fhir-Last-Event-Number')));
-              lastAt = wallNow();
-              if (eventNumbers.length >= events) break;
-            }
-          })();
-          const committedAt = await writeFinished(writer, 'bench-nats-', 'Patient/bench-nats', events);
-          await until(async () => eventNumbers.length >= events, 120_000, 'every message');
-          await sleep(300);
-          await messages.close();
-          await reading;
-          await switchOff(writer, id);
-          return brokerRow('nats-jetstream', events, (lastAt - committedAt) / 1000, rawPerSecond, { eventNumbers });
-        } finally {
-          await writer.end();
-        }
-      },
-      'worker',
-      { BROKERS: brokers },
-    );
-  } finally {
-    await manager.streams.delete(name).catch(() => undefined);
-    await manager.streams.delete(`${name}_raw`).catch(() => undefined);
-    await connection.close();
-  }
+  const client = jetstream(connection);
+  const rawStarted = wallNow();
+  for (let n = 0; n < events; n++) await client.publish(`${prefix}-raw.messages`, rawBody, { msgID: `raw-${n}` });
+  return {
+    channelType: 'nats-jetstream',
+    broker: { type: 'nats-jetstream', url: natsUrl, subjects: [`${prefix}.>`] },
+    endpoint: `nats-jetstream://bench/${prefix}.events`,
+    rawPerSecond: events / ((wallNow() - rawStarted) / 1000),
+    consume: async (received) => {
+      const messages = await (await client.consumers.get(name)).consume();
+      const reading = (async () => {
+        for await (const message of messages) received(Number(message.headers?.get('Fhir-Last-Event-Number')));
+      })();
+      return async () => {
+        await messages.close();
+        await reading;
+      };
+    },
+    close: async () => {
+      await manager.streams.delete(name).catch(() => undefined);
+      await manager.streams.delete(`${name}_raw`).catch(() => undefined);
+      await connection.close();
+    },
+  };
 }
 
-async function rabbitRow(url: string, receiver: BenchReceiver, events: number): Promise<Row> {
+/** The machine's RabbitMQ: an exchange of its own, a queue for the subscription's messages and one for the bare client's. */
+async function rabbitUnderTest(events: number): Promise<BrokerUnderTest> {
   const connection = await amqp.connect(rabbitUrl);
   const channel = await connection.createConfirmChannel();
   const exchange = `fhir-webhooks-bench-${randomUUID()}`;
@@ -147,53 +171,33 @@ async function rabbitRow(url: string, receiver: BenchReceiver, events: number): 
   await channel.bindQueue(queue, exchange, 'events');
   const { queue: rawQueue } = await channel.assertQueue('', { exclusive: true });
   await channel.bindQueue(rawQueue, exchange, 'raw');
-  try {
-    const body = Buffer.from(JSON.stringify({ resourceType: 'Bundle', padding: 'x'.repeat(700) }));
-    const rawStarted = wallNow();
-    for (let n = 0; n < events; n++) {
-      await new Promise<void>((resolve, reject) =>
-        channel.publish(exchange, 'raw', body, { mandatory: true, persistent: true, messageId: `raw-${n}` }, (error: Error | null) =>
-          error ? reject(error) : resolve(),
-        ),
-      );
-    }
-    const rawPerSecond = events / ((wallNow() - rawStarted) / 1000);
-
-    const brokers = JSON.stringify({ bench: { type: 'rabbitmq', url: rabbitUrl, exchanges: [exchange] } });
-    return await withDispatcher(
-      url,
-      receiver,
-      async (bench) => {
-        const topicUrl = await addExampleTopic(bench);
-        const writer = new pg.Client({ connectionString: url });
-        await writer.connect();
-        try {
-          const id = await brokerSubscription(bench, writer, topicUrl, 'rabbitmq', `rabbitmq://bench/${exchange}/events`);
-          const eventNumbers: number[] = [];
-          let lastAt = 0;
-          await channel.consume(
-            queue,
-            (message: ConsumeMessage | null) => {
-              if (message === null) return;
-              eventNumbers.push(Number(message.properties.headers?.['Fhir-Last-Event-Number']));
-              lastAt = wallNow();
-            },
-            { noAck: true },
-          );
-          const committedAt = await writeFinished(writer, 'bench-rabbit-', 'Patient/bench-rabbit', events);
-          await until(async () => eventNumbers.length >= events, 120_000, 'every message');
-          await sleep(300);
-          await switchOff(writer, id);
-          return brokerRow('rabbitmq', events, (lastAt - committedAt) / 1000, rawPerSecond, { eventNumbers });
-        } finally {
-          await writer.end();
-        }
-      },
-      'worker',
-      { BROKERS: brokers },
+  const body = Buffer.from(rawBody);
+  const rawStarted = wallNow();
+  for (let n = 0; n < events; n++) {
+    await new Promise<void>((resolve, reject) =>
+      channel.publish(exchange, 'raw', body, { mandatory: true, persistent: true, messageId: `raw-${n}` }, (error: Error | null) =>
+        error ? reject(error) : resolve(),
+      ),
     );
-  } finally {
-    await channel.deleteExchange(exchange).catch(() => undefined);
-    await connection.close().catch(() => undefined);
   }
+  return {
+    channelType: 'rabbitmq',
+    broker: { type: 'rabbitmq', url: rabbitUrl, exchanges: [exchange] },
+    endpoint: `rabbitmq://bench/${exchange}/events`,
+    rawPerSecond: events / ((wallNow() - rawStarted) / 1000),
+    consume: async (received) => {
+      const { consumerTag } = await channel.consume(
+        queue,
+        (message: ConsumeMessage | null) => message !== null && received(Number(message.properties.headers?.['Fhir-Last-Event-Number'])),
+        { noAck: true },
+      );
+      return async () => {
+        await channel.cancel(consumerTag);
+      };
+    },
+    close: async () => {
+      await channel.deleteExchange(exchange).catch(() => undefined);
+      await connection.close().catch(() => undefined);
+    },
+  };
 }

@@ -1,12 +1,18 @@
-import { readFileSync } from 'node:fs';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backportChannelType, channelTypeSystem } from '../../../src/channels/registry.ts';
-import { loadConfig } from '../../../src/config/index.ts';
-import { startWorkers, type Workers } from '../../../src/dispatch/worker.ts';
-import { createMetrics } from '../../../src/metrics/metrics.ts';
-import { addTopics } from '../../../src/topics/store.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../../support/app.ts';
+import { baseUrl, type TestApp } from '../../support/app.ts';
+import {
+  brokerChannel,
+  brokerSubscription,
+  currentStatus,
+  finishedEncounter,
+  retryPolicy,
+  startBrokerTestApp,
+  subscribed,
+  untilAttempt,
+  untilAttempts,
+  type BrokerTestApp,
+} from '../../support/brokers.ts';
 import { createTestStream, natsUrl, type TestStream } from '../../support/nats.ts';
 import { waitFor } from '../../support/receiver.ts';
 import { attemptsOf, untilStatus } from '../../support/subscriptions.ts';
@@ -20,11 +26,8 @@ import { attemptsOf, untilStatus } from '../../support/subscriptions.ts';
  * window; what the operator did not allow is refused.
  */
 
-const topicUrl = 'http://example.org/topics/encounter-complete';
-const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
-
 let t: TestApp;
-let workers: Workers;
+let app: BrokerTestApp;
 let stream: TestStream;
 /** A stream of two messages at most, which refuses more: a consumer that has not read yet. */
 let fullStream: TestStream;
@@ -33,47 +36,19 @@ beforeAll(async () => {
   stream = await createTestStream();
   fullStream = await createTestStream(natsUrl, { maxMessages: 2 });
   const subjects = [`${stream.prefix}.>`, `${stream.prefix}-unstreamed.>`, `${fullStream.prefix}.>`];
-  const brokers = JSON.stringify({ events: { type: 'nats-jetstream', url: natsUrl, subjects } });
-  const config = loadConfig({ BROKERS: brokers, BASE_URL: baseUrl, DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_RESPONSE_TIMEOUT_MS: '2000' });
-  t = await startTestApp({ outbound: { delivery: config.delivery, oauth: undefined, metrics: createMetrics() } });
-  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
-  workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+  app = await startBrokerTestApp(
+    { events: { type: 'nats-jetstream', url: natsUrl, subjects } },
+    { DELIVERY_RETRY_DELAYS_MS: '100', DELIVERY_RESPONSE_TIMEOUT_MS: '2000' },
+  );
+  t = app.t;
 });
 afterAll(async () => {
-  await workers?.stop();
-  await t?.close();
+  await app?.close();
   await stream?.close();
   await fullStream?.close();
 });
 
-/** Subscription.channel for the broker channel: R4's message, the custom type in the Backport IG's extension. */
-const natsChannel = (endpoint: string, more: Record<string, unknown> = {}) => ({
-  type: 'message',
-  _type: { extension: [{ url: backportChannelType, valueCoding: { system: channelTypeSystem(baseUrl), code: 'nats-jetstream' } }] },
-  endpoint,
-  payload: 'application/fhir+json',
-  _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
-  ...more,
-});
-
-const subscription = (patient: string, channel: Record<string, unknown>, extension: unknown[] = []) => ({
-  resourceType: 'Subscription',
-  status: 'requested',
-  reason: 'the NATS JetStream channel',
-  criteria: topicUrl,
-  ...(extension.length === 0 ? {} : { extension }),
-  _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: `Encounter?patient=Patient/${patient}` }] },
-  channel,
-});
-
-const finishedEncounter = (id: string, patient: string) => ({
-  resourceType: 'Encounter',
-  id,
-  status: 'finished',
-  class: { code: 'AMB' },
-  subject: { reference: `Patient/${patient}` },
-});
-
+const natsChannel = (endpoint: string, more: Record<string, unknown> = {}) => brokerChannel('nats-jetstream', endpoint, more);
 type Bundle = { type: string; entry: { resource: { resourceType: string; type?: string; parameter?: { name: string; valueString?: string }[] } }[] };
 const statusOfBundle = (bundle: Bundle) => bundle.entry[0]!.resource;
 const notificationType = (bundle: Bundle) => statusOfBundle(bundle).parameter!.find((item) => item.name === 'type')!;
@@ -81,9 +56,7 @@ const notificationType = (bundle: Bundle) => statusOfBundle(bundle).parameter!.f
 describe('the nats-jetstream channel', () => {
   it('publishes the handshake, then each event in number order, acknowledged, with a message id and the subscription in headers', async () => {
     const endpoint = `nats-jetstream://events/${stream.prefix}.encounters`;
-    const created = await t.fhir('POST', '/Subscription', subscription('nats-1', natsChannel(endpoint)));
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
+    const id = await subscribed(t, brokerSubscription('nats-1', natsChannel(endpoint)));
     await untilStatus(t, id, 'active');
     for (const n of [1, 2, 3]) await t.fhir('PUT', `/Encounter/nats-${n}`, finishedEncounter(`nats-${n}`, 'nats-1'));
 
@@ -105,14 +78,7 @@ describe('the nats-jetstream channel', () => {
 
     // Each event is delivered in the log once the stream acknowledged it, and the attempt says where it went.
     // Recorded a moment after the stream acknowledged the last one.
-    const attempts = await waitFor(
-      async () => {
-        const recorded = await attemptsOf(t, id);
-        return recorded.length >= 4 ? recorded : undefined;
-      },
-      10_000,
-      'four attempts recorded',
-    );
+    const attempts = await untilAttempts(t, id, 4);
     expect(attempts.map((attempt) => [attempt.kind, attempt.outcome])).toEqual([
       ['handshake', 'delivered'],
       ['notification', 'delivered'],
@@ -131,10 +97,7 @@ describe('the nats-jetstream channel', () => {
   it('fails the handshake when no stream takes the subject, and says so', async () => {
     // A subject the operator allows, which no stream of the broker takes.
     const endpoint = `nats-jetstream://events/${stream.prefix}-unstreamed.encounters`;
-    const onceOnly = { url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`, extension: [{ url: 'maxAttempts', valuePositiveInt: 1 }] };
-    const created = await t.fhir('POST', '/Subscription', subscription('nats-2', natsChannel(endpoint), [onceOnly]));
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
+    const id = await subscribed(t, brokerSubscription('nats-2', natsChannel(endpoint), [retryPolicy(1)]));
     await untilStatus(t, id, 'error');
     const [handshake] = await attemptsOf(t, id);
     expect(handshake).toMatchObject({ kind: 'handshake', outcome: 'failed' });
@@ -142,15 +105,13 @@ describe('the nats-jetstream channel', () => {
   });
 
   it('waits out a slow consumer: a full stream refuses the publish, which is retried until the consumer has read, none lost, in order', async () => {
-    const patient = { url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`, extension: [{ url: 'maxAttempts', valuePositiveInt: 10 }] };
     const endpoint = `nats-jetstream://events/${fullStream.prefix}.encounters`;
-    const created = await t.fhir('POST', '/Subscription', subscription('nats-slow', natsChannel(endpoint), [patient]));
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
+    // Patient enough for a consumer that reads a few seconds late.
+    const id = await subscribed(t, brokerSubscription('nats-slow', natsChannel(endpoint), [retryPolicy(10)]));
     await untilStatus(t, id, 'active');
     // The handshake is one of the two the stream holds; four events follow.
     for (const n of [1, 2, 3, 4]) await t.fhir('PUT', `/Encounter/nats-slow-${n}`, finishedEncounter(`nats-slow-${n}`, 'nats-slow'));
-    const refused = await waitFor(async () => (await attemptsOf(t, id)).find((attempt) => attempt.outcome === 'retrying'), 10_000, 'a refused publish');
+    const refused = await untilAttempt(t, id, 'retrying');
     expect(refused.error).toBe('the stream of the broker events refused the message: maximum messages exceeded');
     // The consumer reads at last, one message at a time, until it has the handshake and the four events.
     const received: number[] = [];
@@ -164,7 +125,7 @@ describe('the nats-jetstream channel', () => {
       'the handshake and four events',
     );
     expect(received).toEqual([0, 1, 2, 3, 4]);
-    expect((await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id])).rows[0]!.status).toBe('active');
+    expect(await currentStatus(t, id)).toBe('active');
   });
 
   it.each([
@@ -178,13 +139,13 @@ describe('the nats-jetstream channel', () => {
     ['a host in place of a broker', natsChannel('nats://127.0.0.1:4222/fhir.x'), 'channel.endpoint must be nats-jetstream://<broker>/<subject>'],
     ['headers', natsChannel('nats-jetstream://events/fhir.x', { header: ['Authorization: Bearer x'] }), 'a message to a broker carries its own headers'],
   ])('refuses %s with a 400 naming it', async (_what, channel, message) => {
-    const response = await t.fhir('POST', '/Subscription', subscription('nats-refused', channel));
+    const response = await t.fhir('POST', '/Subscription', brokerSubscription('nats-refused', channel));
     expect(response.statusCode).toBe(400);
     expect(response.json<{ issue: { details: { text: string } }[] }>().issue[0]!.details.text).toContain(message);
   });
 
   it("is found by the Backport IG's custom-channel search, and listed in the CapabilityStatement", async () => {
-    const created = await t.fhir('POST', '/Subscription', subscription('nats-3', natsChannel(`nats-jetstream://events/${stream.prefix}.found`)));
+    const created = await t.fhir('POST', '/Subscription', brokerSubscription('nats-3', natsChannel(`nats-jetstream://events/${stream.prefix}.found`)));
     expect(created.statusCode, created.body).toBe(201);
     const ids = async (query: string) =>
       (await t.fhir('GET', `/Subscription?${query}`)).json<{ entry?: { resource: { id: string } }[] }>().entry?.map((entry) => entry.resource.id) ?? [];

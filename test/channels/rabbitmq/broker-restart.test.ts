@@ -1,13 +1,16 @@
-import { readFileSync } from 'node:fs';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
-import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { backportChannelType, channelTypeSystem } from '../../../src/channels/registry.ts';
-import { loadConfig } from '../../../src/config/index.ts';
-import { startWorkers, type Workers } from '../../../src/dispatch/worker.ts';
-import { createMetrics } from '../../../src/metrics/metrics.ts';
-import { addTopics } from '../../../src/topics/store.ts';
-import { baseUrl, startTestApp, testSecretsKey, type TestApp } from '../../support/app.ts';
+import type { TestApp } from '../../support/app.ts';
+import {
+  brokerChannel,
+  brokerSubscription,
+  currentStatus,
+  finishedEncounter,
+  retryPolicy,
+  startBrokerTestApp,
+  subscribed,
+  type BrokerTestApp,
+} from '../../support/brokers.ts';
 import { startOwnRabbitMq, type OwnRabbitMq } from '../../support/rabbitmq.ts';
 import { waitFor } from '../../support/receiver.ts';
 import { untilStatus } from '../../support/subscriptions.ts';
@@ -21,14 +24,12 @@ import { untilStatus } from '../../support/subscriptions.ts';
  * message id of the first), without an operator.
  */
 
-const topicUrl = 'http://example.org/topics/encounter-complete';
-const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
 const exchange = 'fhir-webhooks-restart';
 const queue = 'fhir-webhooks-restart';
 
 let node: OwnRabbitMq;
 let t: TestApp;
-let workers: Workers;
+let app: BrokerTestApp;
 
 beforeAll(async () => {
   node = await startOwnRabbitMq();
@@ -38,15 +39,14 @@ beforeAll(async () => {
     await channel.assertQueue(queue, { durable: true });
     await channel.bindQueue(queue, exchange, 'fhir.#');
   });
-  const brokers = JSON.stringify({ own: { type: 'rabbitmq', url: node.url, exchanges: [exchange] } });
-  const config = loadConfig({ BROKERS: brokers, BASE_URL: baseUrl, DELIVERY_RESPONSE_TIMEOUT_MS: '2000', RETRY_POLICY_MIN_DELAY_MS: '100' });
-  t = await startTestApp({ outbound: { delivery: config.delivery, oauth: undefined, metrics: createMetrics() } });
-  await addTopics(t.database.db, [JSON.parse(readFileSync(new URL('../../../examples/topics/encounter-complete.json', import.meta.url), 'utf8'))]);
-  workers = await startWorkers(config, t.database, testSecretsKey, pino({ level: 'silent' }));
+  app = await startBrokerTestApp(
+    { own: { type: 'rabbitmq', url: node.url, exchanges: [exchange] } },
+    { DELIVERY_RESPONSE_TIMEOUT_MS: '2000', RETRY_POLICY_MIN_DELAY_MS: '100' },
+  );
+  t = app.t;
 }, 90_000);
 afterAll(async () => {
-  await workers?.stop();
-  await t?.close();
+  await app?.close();
   await node?.close();
 });
 
@@ -61,47 +61,14 @@ async function withChannel<T>(body: (channel: Channel) => Promise<T>): Promise<T
 
 const queued = () => withChannel(async (channel) => (await channel.checkQueue(queue)).messageCount).catch(() => -1);
 
-const finishedEncounter = (n: number) => ({
-  resourceType: 'Encounter',
-  id: `rabbit-restart-${n}`,
-  status: 'finished',
-  class: { code: 'AMB' },
-  subject: { reference: 'Patient/rabbit-restart' },
-});
-
 describe('a RabbitMQ node that stops mid-stream and starts again', () => {
   it('gets every event, in number order, with no operator: the failed ones are retried until it is back', { timeout: 180_000 }, async () => {
-    const created = await t.fhir('POST', '/Subscription', {
-      resourceType: 'Subscription',
-      status: 'requested',
-      reason: 'broker restart',
-      criteria: topicUrl,
-      // Patient enough for a node that boots slowly on a busy machine (a minute and more): 18 attempts, 200 ms growing to 5 s.
-      extension: [
-        {
-          url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`,
-          extension: [
-            { url: 'maxAttempts', valuePositiveInt: 18 },
-            { url: 'firstDelay', valueDuration: { value: 200, system: 'http://unitsofmeasure.org', code: 'ms' } },
-            { url: 'growth', valueDecimal: 1.5 },
-            { url: 'maxDelay', valueDuration: { value: 5, system: 'http://unitsofmeasure.org', code: 's' } },
-          ],
-        },
-      ],
-      _criteria: { extension: [{ url: `${ig}/backport-filter-criteria`, valueString: 'Encounter?patient=Patient/rabbit-restart' }] },
-      channel: {
-        type: 'message',
-        _type: { extension: [{ url: backportChannelType, valueCoding: { system: channelTypeSystem(baseUrl), code: 'rabbitmq' } }] },
-        endpoint: `rabbitmq://own/${exchange}/fhir.encounters`,
-        payload: 'application/fhir+json',
-        _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'id-only' }] },
-      },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    const { id } = created.json<{ id: string }>();
+    // Patient enough for a node that boots slowly on a busy machine (a minute and more): 18 attempts, 200 ms growing to 5 s.
+    const patient = retryPolicy(18, { firstDelayMs: 200, growth: 1.5, maxDelaySeconds: 5 });
+    const id = await subscribed(t, brokerSubscription('rabbit-restart', brokerChannel('rabbitmq', `rabbitmq://own/${exchange}/fhir.encounters`), [patient]));
     await untilStatus(t, id, 'active');
 
-    for (const n of [1, 2, 3, 4, 5]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(n));
+    for (const n of [1, 2, 3, 4, 5]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(`rabbit-restart-${n}`, 'rabbit-restart'));
     const delivered = async () =>
       (
         await t.database.pool.query<{ delivered: number }>(
@@ -112,7 +79,7 @@ describe('a RabbitMQ node that stops mid-stream and starts again', () => {
     // The handshake and five events confirmed (and recorded) before the node dies.
     await waitFor(async () => ((await delivered()) >= 6 ? true : undefined), 15_000, 'six confirmed');
     await node.stop();
-    for (const n of [6, 7, 8, 9, 10]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(n));
+    for (const n of [6, 7, 8, 9, 10]) await t.fhir('PUT', `/Encounter/rabbit-restart-${n}`, finishedEncounter(`rabbit-restart-${n}`, 'rabbit-restart'));
     await waitFor(
       async () => {
         const { rows } = await t.database.pool.query<{ retrying: number }>(
@@ -137,6 +104,6 @@ describe('a RabbitMQ node that stops mid-stream and starts again', () => {
     // At least once: a message the node stored before a confirm it never sent may come twice, with its own id.
     const once = messages.filter((message, index) => messages.findIndex((other) => other.messageId === message.messageId) === index);
     expect(once.map((message) => message.eventNumber)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-    expect((await t.database.pool.query<{ status: string }>('SELECT status FROM webhook.subscriptions WHERE id = $1', [id])).rows[0]!.status).toBe('active');
+    expect(await currentStatus(t, id)).toBe('active');
   });
 });
