@@ -798,9 +798,17 @@ RETURN CASE WHEN ((left_operand = '[]'::jsonb) OR (right_operand = '[]'::jsonb))
 
 CREATE OR REPLACE FUNCTION fhirpath.date_times_equivalent(left_value text, right_value text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE PARALLEL SAFE STRICT
-RETURN COALESCE((((fhirpath.date_time(left_value))[1] = (fhirpath.date_time(right_value))[1]) AND (fhirpath.date_time_order(left_value, right_value) = 0)), false);
+AS $function$
+DECLARE
+  left_parts numeric[] := fhirpath.date_time(left_value);
+  right_parts numeric[] := fhirpath.date_time(right_value);
+BEGIN
+  -- A value's instant at its own precision is its element precision + 2.
+  RETURN coalesce(left_parts[1] = right_parts[1] AND left_parts[left_parts[1]::integer + 2] = right_parts[right_parts[1]::integer + 2], false);
+END;
+$function$;
 
 CREATE OR REPLACE FUNCTION fhirpath.empty(collection jsonb)
  RETURNS jsonb

@@ -12,9 +12,10 @@
 -- and this evaluation's is UTC (docs/topics.md). A leap second (:60) counts as
 -- :59, as fhirpath.js counts it. The pattern is fhirpath.js's (and FHIR's), its
 -- digits [0-9]: \d follows the database's collation, and under an ICU one takes
--- other scripts' digits, which the integer casts below would then refuse. NULL when the text is none of these, or no
--- such day (a loader's malformed row): it then compares as nothing, and no
--- error aborts the write.
+-- other scripts' digits, which the integer casts below would then refuse.
+--
+-- NULL when the text is none of these, or no such day (a loader's malformed
+-- row): it then compares as nothing, and no error aborts the write.
 --
 -- PL/pgSQL, so that each part is read once: as one SQL expression, the
 -- planner substituted the match into every use of it (90 matches a value).
