@@ -26,6 +26,13 @@ export type ChannelContext = {
   logger: Pick<Logger, 'info' | 'warn'>;
 };
 
+/**
+ * What a channel sends with beyond the common context, made once by each
+ * process that sends (a broker's connections, rest-hook's agent;
+ * openSendParts in src/channels/registry.ts), and how that process closes it.
+ */
+export type ProcessParts<Parts> = { parts: Parts; close: () => Promise<void> };
+
 /** A subscription as a channel sends to it: its secrets decrypted (src/dispatch/subscriber.ts loads it, with more). */
 export type ChannelTarget = {
   id: string;

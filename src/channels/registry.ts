@@ -1,21 +1,38 @@
+import type { Config } from '../config/index.ts';
 import { channelTypes, type ChannelType } from '../db/schema.ts';
-import type { Channel } from './channel.ts';
-import type { RestHookContext } from './rest-hook/calls.ts';
+import type { Channel, ChannelContext, ProcessParts } from './channel.ts';
+import { createRestHookCalls, type RestHookContext } from './rest-hook/calls.ts';
 import { restHook } from './rest-hook/outbound.ts';
 import { websocket } from './websocket/channel.ts';
-import { natsJetStream, type NatsContext } from './nats-jetstream/channel.ts';
-import { rabbitmq, type RabbitContext } from './rabbitmq/channel.ts';
+import { natsJetStream, openNatsParts, type NatsContext } from './nats-jetstream/channel.ts';
+import { openRabbitParts, rabbitmq, type RabbitContext } from './rabbitmq/channel.ts';
 
 /**
  * Every channel, by its channel type (webhook.subscriptions.channel_type; its
  * values are channelTypes in src/db/schema.ts): the rest of the service asks
  * here what a channel is and does, never compares channel types itself. A new
- * channel is one folder, one line here and a migration that allows its type
+ * channel is one folder, its lines here and a migration that allows its type
  * (src/channels/README.md).
  */
 
 /** What a process that sends through every channel holds: the common context and each channel's own parts. */
 export type SendContext = RestHookContext & NatsContext & RabbitContext;
+
+/** Each channel's own parts: what SendContext holds beyond the common context and the settings. */
+export type SendParts = Omit<SendContext, keyof ChannelContext | 'metrics'>;
+
+/** The parts every channel sends with, made once by a process that sends (src/dispatch/subscriber.ts), and closed with it. */
+export function openSendParts(delivery: Config['delivery'], oauth: Config['oauth']): ProcessParts<SendParts> {
+  const restHookCalls = createRestHookCalls(delivery, oauth);
+  const nats = openNatsParts(delivery);
+  const rabbit = openRabbitParts(delivery);
+  return {
+    parts: { ...restHookCalls.calls, ...nats.parts, ...rabbit.parts },
+    close: async () => {
+      await Promise.all([restHookCalls.close(), nats.close(), rabbit.close()]);
+    },
+  };
+}
 
 const channels: { [Type in ChannelType]: Channel<SendContext> } = {
   'rest-hook': restHook,

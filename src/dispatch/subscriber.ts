@@ -8,10 +8,7 @@ import type { AlertMailer } from '../mail/alerts.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import type { CompiledCriteria } from '../search/criteria.ts';
 import { shownEndpoint, type CallResult, type Notification } from '../channels/channel.ts';
-import { channelOf } from '../channels/registry.ts';
-import { createRestHookCalls, type RestHookCalls } from '../channels/rest-hook/calls.ts';
-import { NatsConnections } from '../channels/nats-jetstream/connections.ts';
-import { RabbitConnections } from '../channels/rabbitmq/connections.ts';
+import { channelOf, openSendParts, type SendParts } from '../channels/registry.ts';
 import { wholeEndpoint } from '../subscriptions/endpoints.ts';
 import type { SecretBox } from '../subscriptions/secrets.ts';
 import { retryPolicyOf, type RetryPolicy } from '../subscriptions/retry-policy.ts';
@@ -27,11 +24,7 @@ import type { RetrySchedule } from './events/retry-delay.ts';
  * handshake's body and the attempt record.
  */
 
-export type DispatchContext = RestHookCalls & {
-  /** The process's connections to the operator's NATS brokers (src/channels/nats-jetstream/). */
-  nats: NatsConnections;
-  /** The process's connections to the operator's RabbitMQ brokers (src/channels/rabbitmq/). */
-  rabbit: RabbitConnections;
+export type DispatchContext = SendParts & {
   db: Db;
   /** graphile-worker's utilities on the workers' pool (its queue cleanup). */
   workerUtils: WorkerUtils;
@@ -65,23 +58,17 @@ export type CallSettings = {
 };
 
 /**
- * What a process calls subscribers with: the settings, and rest-hook's
- * SSRF-guarded agent, places per origin and OAuth client
- * (src/channels/rest-hook/calls.ts). The workers make theirs with it
+ * What a process calls subscribers with: the settings, and each channel's
+ * own parts (rest-hook's SSRF-guarded agent, places per origin and OAuth
+ * client; the brokers' connections: openSendParts in
+ * src/channels/registry.ts). The workers make theirs with it
  * (src/dispatch/worker.ts), and so do the processes that call a subscriber on
  * an operator's request (the API's and the CLI's $reactivate). close() ends
- * the agent's connections.
+ * their connections.
  */
 export function createCallContext({ oauth, ...settings }: CallSettings): { context: CallContext; close(): Promise<void> } {
-  const { calls, close } = createRestHookCalls(settings.delivery, oauth);
-  const nats = new NatsConnections(settings.delivery.brokers);
-  const rabbit = new RabbitConnections(settings.delivery.brokers);
-  return {
-    context: { ...settings, ...calls, nats, rabbit },
-    close: async () => {
-      await Promise.all([close(), nats.close(), rabbit.close()]);
-    },
-  };
+  const { parts, close } = openSendParts(settings.delivery, oauth);
+  return { context: { ...settings, ...parts }, close };
 }
 
 /** A subscription as a task sees it: its secrets decrypted. */

@@ -2,10 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShutdownAbort, type CallResult, type ChannelTarget, type Notification } from '../../src/channels/channel.ts';
-import { registeredChannels, type SendContext } from '../../src/channels/registry.ts';
-import { createRestHookCalls } from '../../src/channels/rest-hook/calls.ts';
-import { NatsConnections } from '../../src/channels/nats-jetstream/connections.ts';
-import { RabbitConnections } from '../../src/channels/rabbitmq/connections.ts';
+import { openSendParts, registeredChannels, type SendContext } from '../../src/channels/registry.ts';
 import { loadConfig } from '../../src/config/index.ts';
 import { connectDatabase } from '../../src/db/database.ts';
 import type { ChannelType } from '../../src/db/schema.ts';
@@ -64,20 +61,14 @@ beforeAll(async () => {
     'rabbit-nowhere': { type: 'rabbitmq' as const, url: `amqp://guest:guest@127.0.0.1:${await freePort()}`, exchanges: ['fhir'] },
   };
   const delivery = { ...loadConfig({}).delivery, allowPrivateNetworks: true, brokers, responseTimeoutMs: 2_000 };
-  const { calls, close } = createRestHookCalls(delivery, undefined);
+  const { parts, close } = openSendParts(delivery, undefined);
   closing.push(close);
-  const nats = new NatsConnections(brokers);
-  closing.push(() => nats.close());
-  const rabbit = new RabbitConnections(brokers);
-  closing.push(() => rabbit.close());
   context = {
     db: t.database.db,
     delivery,
     logger: { info: () => undefined, warn: () => undefined },
     metrics: { tokenRequestFailed: () => undefined },
-    ...calls,
-    nats,
-    rabbit,
+    ...parts,
   };
 });
 

@@ -1,8 +1,8 @@
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
-import type { Channel, ChannelContext } from '../channel.ts';
+import type { Channel, ChannelContext, ProcessParts } from '../channel.ts';
 import { brokerElement, sendToBroker } from '../broker.ts';
-import type { NatsConnections } from './connections.ts';
+import { NatsConnections } from './connections.ts';
 import { destinationOf, destinationRefusal } from './destination.ts';
 
 /**
@@ -18,6 +18,12 @@ import { destinationOf, destinationRefusal } from './destination.ts';
 
 /** What the channel publishes with: the process's connections to the brokers. */
 export type NatsContext = ChannelContext & { nats: NatsConnections };
+
+/** A process's connections to the operator's NATS brokers, made as they are first used. */
+export function openNatsParts(delivery: ChannelContext['delivery']): ProcessParts<{ nats: NatsConnections }> {
+  const nats = new NatsConnections(delivery.brokers);
+  return { parts: { nats }, close: () => nats.close() };
+}
 
 /** The Bundle's media type, as a rest-hook call's body has it. */
 const contentType = 'application/fhir+json';

@@ -1,6 +1,6 @@
-import type { Channel, ChannelContext } from '../channel.ts';
+import type { Channel, ChannelContext, ProcessParts } from '../channel.ts';
 import { brokerElement, sendToBroker } from '../broker.ts';
-import type { RabbitConnections } from './connections.ts';
+import { RabbitConnections } from './connections.ts';
 import { destinationOf, destinationRefusal } from './destination.ts';
 
 /**
@@ -17,6 +17,12 @@ import { destinationOf, destinationRefusal } from './destination.ts';
 
 /** What the channel publishes with: the process's connections to the brokers. */
 export type RabbitContext = ChannelContext & { rabbit: RabbitConnections };
+
+/** A process's connections to the operator's RabbitMQ brokers, made as they are first used. */
+export function openRabbitParts(delivery: ChannelContext['delivery']): ProcessParts<{ rabbit: RabbitConnections }> {
+  const rabbit = new RabbitConnections(delivery.brokers);
+  return { parts: { rabbit }, close: () => rabbit.close() };
+}
 
 export const rabbitmq: Channel<RabbitContext> = {
   type: 'rabbitmq',
