@@ -82,13 +82,20 @@ export async function sendToBroker<Destination extends { broker: string }, Clien
   try {
     client = await open(destination, timeoutMs);
   } catch (error) {
-    return result('retryable', { error: `the broker ${destination.broker} could not be reached: ${connectionFailure(error)}` });
+    if (error instanceof ShutdownAbort) throw error;
+    const failure = connectionFailure(error);
+    if (failure === undefined) {
+      context.logger.warn({ broker: destination.broker, error: error instanceof Error ? error.message : String(error) }, 'a broker could not be reached');
+    }
+    return result('retryable', {
+      error: `the broker ${destination.broker} could not be reached: ${failure ?? "the connection failed (the service's log says why)"}`,
+    });
   }
   if (client === undefined) return result('permanent', { error: `the broker of ${target.endpoint} is not one this service has (BROKERS)` });
   return publish(client, destination, timeoutMs, result);
 }
 
-/** The words for the system errors of a connection, which name the broker's address. */
+/** The words for the errors of a connection by their code: the system's, and TLS's (which name the broker's host). */
 const connectionErrors: Record<string, string> = {
   ECONNREFUSED: 'the connection was refused',
   ECONNRESET: 'the connection was reset',
@@ -97,17 +104,35 @@ const connectionErrors: Record<string, string> = {
   ENETUNREACH: 'its network is unreachable',
   ENOTFOUND: 'its host name did not resolve',
   EAI_AGAIN: 'its host name did not resolve',
+  EPROTO: 'the TLS handshake failed',
+  ERR_TLS_CERT_ALTNAME_INVALID: 'its TLS certificate is not for its host name',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'its TLS certificate is not trusted',
+  SELF_SIGNED_CERT_IN_CHAIN: 'its TLS certificate is not trusted',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'its TLS certificate is not trusted',
+  UNABLE_TO_GET_ISSUER_CERT_LOCALLY: 'its TLS certificate is not trusted',
+  CERT_HAS_EXPIRED: 'its TLS certificate has expired',
+  CERT_NOT_YET_VALID: 'its TLS certificate is not valid yet',
 };
 
+/** The words for the brokers' own refusals, by what their clients say (none of which names a host). */
+const brokerRefusals: [RegExp, string][] = [
+  [/ACCESS.REFUSED|Authorization Violation|authentication/i, "the broker refused the service's credentials"],
+  [/Expected ConnectionOpenOk/, 'the broker refused to open the connection (its virtual host?)'],
+  [/server does not support 'tls'/, 'the broker does not offer TLS, which its tls:// URL requires'],
+  [/^timeout$/i, 'no answer in time'],
+];
+
 /**
- * Why a connection to a broker failed, without the broker's address: a
- * client reads it in its attempts ($status, webhook.delivery_attempts), and
- * where the operator's brokers are is none of its business.
+ * Why a connection to a broker failed, in words that never say where the
+ * broker is: a client reads them in its attempts ($status,
+ * webhook.delivery_attempts), and where the operator's brokers are is none of
+ * its business. Undefined for an error not known here: the sender says the
+ * connection failed, and logs the error for the operator.
  */
-export function connectionFailure(error: unknown): string {
+export function connectionFailure(error: unknown): string | undefined {
   const cause = error instanceof Error && error.cause instanceof Error ? error.cause : undefined;
   const code = [error, cause].map((part) => (part as { code?: unknown } | undefined)?.code).find((candidate) => typeof candidate === 'string');
-  if (typeof code === 'string' && code in connectionErrors) return connectionErrors[code]!;
+  if (typeof code === 'string' && code in connectionErrors) return connectionErrors[code];
   const text = error instanceof Error ? error.message : String(error);
-  return text.replaceAll(/\[[0-9a-f:.]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?/gi, 'the broker');
+  return brokerRefusals.find(([said]) => said.test(text))?.[1];
 }

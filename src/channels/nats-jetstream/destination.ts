@@ -12,9 +12,14 @@ export type Destination = { broker: string; subject: string };
 
 export const endpointScheme = 'nats-jetstream://';
 
-/** The broker and subject of an endpoint, or undefined when it is not one. */
+/**
+ * The broker and subject of an endpoint, or undefined when it is not one. A
+ * subject of 255 characters at most: a NATS server closes the connection on
+ * a protocol line over its max_control_line (4,096 bytes by default), and the
+ * connection is every subscription's on that broker.
+ */
 export function destinationOf(endpoint: string): Destination | undefined {
-  const match = /^nats-jetstream:\/\/([a-z0-9][a-z0-9-]{0,62})\/([!-~]+)$/.exec(endpoint);
+  const match = /^nats-jetstream:\/\/([a-z0-9][a-z0-9-]{0,62})\/([!-~]{1,255})$/.exec(endpoint);
   if (match === null) return undefined;
   const [, broker, subject] = match;
   // A subject to publish to is whole tokens, without the wildcards only a pattern has.
@@ -36,7 +41,7 @@ export function subjectMatches(subject: string, pattern: string): boolean {
 /** Why a subscription may not publish to `endpoint` (a refusal's text), or undefined when it may. */
 export function destinationRefusal(endpoint: string, brokers: Brokers): string | undefined {
   const destination = destinationOf(endpoint);
-  if (destination === undefined) return `channel.endpoint must be ${endpointScheme}<broker>/<subject>, such as ${endpointScheme}events/fhir.encounter`;
+  if (destination === undefined) return `channel.endpoint must be ${endpointScheme}<broker>/<subject> (a subject of at most 255 characters, without wildcards), such as ${endpointScheme}events/fhir.encounter`;
   const broker = brokers[destination.broker];
   if (broker?.type !== 'nats-jetstream') return unknownBrokerRefusal(brokers, destination.broker, 'nats-jetstream', 'NATS');
   if (!broker.subjects.some((pattern) => subjectMatches(destination.subject, pattern))) {

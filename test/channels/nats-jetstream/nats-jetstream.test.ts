@@ -144,6 +144,15 @@ describe('the nats-jetstream channel', () => {
     expect(response.json<{ issue: { details: { text: string } }[] }>().issue[0]!.details.text).toContain(message);
   });
 
+  it('refuses a subject of more than 255 characters, even one the broker allows: a NATS server would close the connection every subscription shares', async () => {
+    const endpoint = `nats-jetstream://events/${stream.prefix}.${'s'.repeat(256 - stream.prefix.length - 1)}`;
+    const response = await t.fhir('POST', '/Subscription', brokerSubscription('nats-long', natsChannel(endpoint)));
+    expect(response.statusCode).toBe(400);
+    expect(response.json<{ issue: { details: { text: string } }[] }>().issue[0]!.details.text).toContain('a subject of at most 255 characters');
+    const longest = await t.fhir('POST', '/Subscription', brokerSubscription('nats-long', natsChannel(endpoint.slice(0, -1))));
+    expect(longest.statusCode, longest.body).toBe(201);
+  });
+
   it("is found by the Backport IG's custom-channel search, and listed in the CapabilityStatement", async () => {
     const created = await t.fhir('POST', '/Subscription', brokerSubscription('nats-3', natsChannel(`nats-jetstream://events/${stream.prefix}.found`)));
     expect(created.statusCode, created.body).toBe(201);
