@@ -80,7 +80,7 @@ export async function sendToBroker<Destination extends { broker: string }, Clien
   const timeoutMs = acknowledgementTimeoutMs(context, target);
   let client: Client | undefined;
   try {
-    client = await open(destination, timeoutMs);
+    client = await unlessAborted(open(destination, timeoutMs), signal);
   } catch (error) {
     if (error instanceof ShutdownAbort) throw error;
     const failure = connectionFailure(error);
@@ -92,7 +92,50 @@ export async function sendToBroker<Destination extends { broker: string }, Clien
     });
   }
   if (client === undefined) return result('permanent', { error: `the broker of ${target.endpoint} is not one this service has (BROKERS)` });
-  return publish(client, destination, timeoutMs, result);
+  return unlessAborted(publish(client, destination, timeoutMs, result), signal);
+}
+
+/**
+ * `work`, or a ShutdownAbort as soon as the worker's shutdown aborts
+ * `signal`: a send waiting on a broker does not hold the shutdown up. The work
+ * goes on unheeded; the notification goes again after the restart, with the
+ * same message id, which a stream's duplicate window and a consumer drop.
+ */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return work;
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again'));
+    if (signal.aborted) abort();
+    signal.addEventListener('abort', abort, { once: true });
+    void work.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));
+  });
+}
+
+/**
+ * `work`, or an Error('timeout') after `ms`: what a broker's client does not
+ * bound itself (opening a channel on a connection whose path went dead waits
+ * for the heartbeats to tell). A value that comes after the timeout is given
+ * to `late` (a connection or channel to close).
+ */
+export function withinMs<T>(work: Promise<T>, ms: number, late: (value: T) => void = () => undefined): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      reject(new Error('timeout'));
+    }, ms);
+    work.then(
+      (value) => {
+        clearTimeout(timer);
+        if (timedOut) late(value);
+        else resolve(value);
+      },
+      (error: Error) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
 }
 
 /** The words for the errors of a connection by their code: the system's, and TLS's (which name the broker's host). */

@@ -1,6 +1,7 @@
 import { connect, type ConnectionOptions, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
 import type { Brokers } from '../../config/brokers.ts';
+import { ShutdownAbort } from '../channel.ts';
 
 /**
  * A process's connections to the operator's NATS brokers (BROKERS), made on
@@ -49,11 +50,11 @@ export class NatsConnections {
 
   /** A connection, closed again when it was made while this process was closing them. */
   private async connect(options: ConnectionOptions): Promise<NatsConnection> {
-    if (this.closed) throw new Error('the worker is shutting down');
+    if (this.closed) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
     const connection = await connect(options);
     if (this.closed) {
-      await connection.close();
-      throw new Error('the worker is shutting down');
+      void connection.close();
+      throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
     }
     return connection;
   }

@@ -41,7 +41,8 @@ export function subjectMatches(subject: string, pattern: string): boolean {
 /** Why a subscription may not publish to `endpoint` (a refusal's text), or undefined when it may. */
 export function destinationRefusal(endpoint: string, brokers: Brokers): string | undefined {
   const destination = destinationOf(endpoint);
-  if (destination === undefined) return `channel.endpoint must be ${endpointScheme}<broker>/<subject> (a subject of at most 255 characters, without wildcards), such as ${endpointScheme}events/fhir.encounter`;
+  if (destination === undefined)
+    return `channel.endpoint must be ${endpointScheme}<broker>/<subject> (a subject of at most 255 characters, without wildcards), such as ${endpointScheme}events/fhir.encounter`;
   const broker = brokers[destination.broker];
   if (broker?.type !== 'nats-jetstream') return unknownBrokerRefusal(brokers, destination.broker, 'nats-jetstream', 'NATS');
   if (!broker.subjects.some((pattern) => subjectMatches(destination.subject, pattern))) {

@@ -1,6 +1,14 @@
 import amqp, { type ChannelModel } from 'amqplib';
 import type { Brokers } from '../../config/brokers.ts';
+import { ShutdownAbort } from '../channel.ts';
+import { withinMs } from '../broker.ts';
 import { Publisher } from './publisher.ts';
+
+/** The heartbeat asked of the broker: a connection whose path went dead is closed after two missed, about 20 seconds. */
+const heartbeatSeconds = 10;
+
+/** How long closing a connection is waited for at shutdown. */
+const closingMs = 2_000;
 
 /**
  * A process's connections to the operator's RabbitMQ brokers (BROKERS): one
@@ -33,7 +41,16 @@ export class RabbitConnections {
     // None yet, or the broker closed its channel: another, unless a concurrent send made it already.
     let opened = this.publishers.get(key);
     if (opened === kept || opened === undefined) {
-      const made = this.connection(name, timeoutMs).then(async (connection) => new Publisher(await connection.createConfirmChannel()));
+      const made = this.connection(name, timeoutMs).then(async (connection) => {
+        const channel = await withinMs(connection.createConfirmChannel(), timeoutMs, (late) => void late.close().catch(() => undefined)).catch(
+          (error: unknown) => {
+            // No channel in time: the connection's path is likely dead. The next send makes another; the heartbeats end this one.
+            this.forgetConnection(name, connection);
+            throw error;
+          },
+        );
+        return new Publisher(channel);
+      });
       this.publishers.set(key, made);
       made.catch(() => {
         if (this.publishers.get(key) === made) this.publishers.delete(key);
@@ -50,19 +67,19 @@ export class RabbitConnections {
     const broker = this.brokers[name];
     if (broker?.type !== 'rabbitmq') return Promise.reject(new Error(`no RabbitMQ broker ${name}`));
     const made = (async () => {
-      if (this.closed) throw new Error('the worker is shutting down');
-      const connection = await amqp.connect(broker.url, { timeout: timeoutMs, clientProperties: { connection_name: 'fhir-webhooks' } });
+      if (this.closed) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+      // The socket's timeout bounds the connection and its handshake; heartbeats then tell a dead path (unless the operator's URL sets them).
+      const url = new URL(broker.url);
+      if (!url.searchParams.has('heartbeat')) url.searchParams.set('heartbeat', String(heartbeatSeconds));
+      const connection = await amqp.connect(url.toString(), { timeout: timeoutMs, clientProperties: { connection_name: 'fhir-webhooks' } });
       // Made while this process was closing them: not kept open.
       if (this.closed) {
-        await connection.close().catch(() => undefined);
-        throw new Error('the worker is shutting down');
+        void connection.close().catch(() => undefined);
+        throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
       }
       // Without a listener an 'error' would be thrown; the close that follows it forgets the connection.
       connection.on('error', () => undefined);
-      connection.on('close', () => {
-        if (this.connections.get(name) === made) this.connections.delete(name);
-        for (const key of [...this.publishers.keys()]) if (key.startsWith(`${name}/`)) this.publishers.delete(key);
-      });
+      connection.on('close', () => this.forgetConnection(name, connection));
       return connection;
     })();
     this.connections.set(name, made);
@@ -72,11 +89,30 @@ export class RabbitConnections {
     return made;
   }
 
+  /** Forgets `connection` and its exchanges' channels, when it is still the broker's: the next send makes them again. */
+  private forgetConnection(name: string, connection: ChannelModel): void {
+    const kept = this.connections.get(name);
+    if (kept === undefined) return;
+    void kept.then((current) => {
+      if (current !== connection || this.connections.get(name) !== kept) return;
+      this.connections.delete(name);
+      for (const key of [...this.publishers.keys()]) if (key.startsWith(`${name}/`)) this.publishers.delete(key);
+    });
+  }
+
+  /** Closes the connections, waiting for each a few seconds at most: one whose path went dead would wait for its heartbeats. */
   async close(): Promise<void> {
     this.closed = true;
     const open = [...this.connections.values()];
     this.connections.clear();
     this.publishers.clear();
-    await Promise.allSettled(open.map(async (opened) => (await opened).close()));
+    await Promise.allSettled(
+      open.map((opened) =>
+        withinMs(
+          opened.then((connection) => connection.close()),
+          closingMs,
+        ),
+      ),
+    );
   }
 }

@@ -1,3 +1,4 @@
+import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Brokers } from '../../../src/config/brokers.ts';
 import { RabbitConnections } from '../../../src/channels/rabbitmq/connections.ts';
@@ -62,6 +63,31 @@ describe('RabbitConnections', () => {
     await expect(publish(exchange.exchange, 'unroutable')).resolves.toBe('confirmed');
   });
 
+  it("gives up on a connection whose path went dead within the send's timeout, not the heartbeats' minutes, and makes a new one at the next send", async () => {
+    const path = await startFreezableProxy(new URL(rabbitUrl));
+    const via = new RabbitConnections({ via: { type: 'rabbitmq', url: path.url, exchanges: [exchange.exchange, missingExchange] } });
+    try {
+      const publisher = await via.publisher('via', exchange.exchange, 2_000);
+      await expect(publisher!.publish(exchange.exchange, 'fhir.connections', content, { messageId: 'before' }, 2_000)).resolves.toBe('confirmed');
+      path.freeze();
+      // Another exchange needs another channel, which the broker can no longer open: refused in time.
+      const started = performance.now();
+      await expect(via.publisher('via', missingExchange, 1_000)).rejects.toThrow('timeout');
+      expect(performance.now() - started).toBeLessThan(10_000);
+      // The dead connection is forgotten: the next send connects again (a new path, which passes).
+      const again = await via.publisher('via', exchange.exchange, 2_000);
+      expect(again).not.toBe(publisher);
+      await expect(again!.publish(exchange.exchange, 'fhir.connections', content, { messageId: 'after' }, 2_000)).resolves.toBe('confirmed');
+    } finally {
+      const closing = performance.now();
+      await via.close();
+      // The dead connection's close is not waited for past its bound.
+      expect(performance.now() - closing).toBeLessThan(10_000);
+      await path.close();
+    }
+    expect((await exchange.messages(2)).slice(-2).map((message) => message.properties.messageId)).toEqual(['before', 'after']);
+  });
+
   it('makes no connection once closed', async () => {
     const closing = new RabbitConnections({ integration: { type: 'rabbitmq', url: rabbitUrl, exchanges: [exchange.exchange] } });
     // The connection is on its way as close() is called: it is closed when it comes, and the publisher refused.
@@ -78,3 +104,36 @@ describe('RabbitConnections', () => {
     await down.close();
   });
 });
+
+/**
+ * A TCP path to a broker that can go dead: after freeze(), the connections
+ * made so far pass nothing either way and stay open, as behind a network
+ * that drops packets; connections made later pass.
+ */
+async function startFreezableProxy(broker: URL): Promise<{ url: string; freeze(): void; close(): Promise<void> }> {
+  const frozen = new Set<net.Socket>();
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(broker.port || 5672), broker.hostname);
+    for (const [from, to] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      sockets.add(from);
+      from.on('data', (data: Buffer) => frozen.has(from) || to.write(data));
+      from.on('error', () => undefined);
+      from.on('close', () => to.destroy());
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const proxied = new URL(broker);
+  proxied.host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: proxied.toString(),
+    freeze: () => sockets.forEach((socket) => frozen.add(socket)),
+    close: async () => {
+      sockets.forEach((socket) => socket.destroy());
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
