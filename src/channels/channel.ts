@@ -151,6 +151,14 @@ export type Channel<Context extends ChannelContext = ChannelContext> = {
    * and websocket, whose types are R4's own codes.
    */
   custom?: { r4Type: string };
+  /**
+   * The largest notification its receiver takes, in bytes of its JSON body,
+   * when it has a limit (a NATS server's max_payload): a topic-based
+   * subscription's run of events whose notification is larger is sent as
+   * smaller runs (src/dispatch/events/delivery/build.ts). Undefined when it
+   * has none, or none is known yet.
+   */
+  maxBodyBytes?(context: Context, target: ChannelTarget): Promise<number | undefined>;
   /** Why a request's endpoint may not be used, beyond what the element checks (the operator's brokers); undefined when it may. */
   endpointRefusal?(endpoint: string, settings: { brokers: Brokers }): string | undefined;
   /**

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { DiscardPolicy, jetstreamManager, type StoredMsg } from '@nats-io/jetstream';
@@ -73,18 +73,27 @@ export async function createTestStream(url = natsUrl, { maxMessages }: { maxMess
   };
 }
 
-/** A NATS server with JetStream of the test's own, on a free port, its store in a folder of its own: to stop and start again. */
+/** A NATS server with JetStream of the test's own, on a free port, its store in a folder of its own: to stop and start again, or to take smaller messages. */
 export type OwnNatsServer = { url: string; stop(): Promise<void>; start(): Promise<void>; close(): Promise<void> };
 
-export async function startOwnNatsServer(): Promise<OwnNatsServer> {
+export async function startOwnNatsServer({ maxPayload, token }: { maxPayload?: number; token?: string } = {}): Promise<OwnNatsServer> {
   const port = await freePort();
   const storeDir = await mkdtemp(path.join(tmpdir(), 'nats-store-'));
+  // The largest message it takes, when not its default (1 MiB), and the token it asks for: in a configuration file, as its command line has no flag for the first.
+  const configuration = path.join(storeDir, 'nats.conf');
+  const settings = [
+    ...(maxPayload === undefined ? [] : [`max_payload: ${maxPayload}`]),
+    ...(token === undefined ? [] : [`authorization { token: "${token}" }`]),
+  ];
+  await writeFile(configuration, settings.map((line) => `${line}\n`).join(''));
   let child: ChildProcess | undefined;
   const start = async () => {
-    child = spawn('/usr/sbin/nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], { stdio: 'ignore' });
+    child = spawn('/usr/sbin/nats-server', ['-c', configuration, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', path.join(storeDir, 'store')], {
+      stdio: 'ignore',
+    });
     await waitFor(
       async () => {
-        const probe = await connect({ servers: `nats://127.0.0.1:${port}`, timeout: 500 }).catch(() => undefined);
+        const probe = await connect({ servers: `nats://127.0.0.1:${port}`, timeout: 500, ...(token === undefined ? {} : { token }) }).catch(() => undefined);
         await probe?.close();
         return probe === undefined ? undefined : true;
       },

@@ -1,7 +1,7 @@
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
 import type { Channel, ChannelContext, ProcessParts } from '../channel.ts';
-import { brokerElement, sendToBroker } from '../broker.ts';
+import { acknowledgementTimeoutMs, brokerElement, sendToBroker } from '../broker.ts';
 import { NatsConnections } from './connections.ts';
 import { destinationOf, destinationRefusal } from './destination.ts';
 
@@ -13,7 +13,9 @@ import { destinationOf, destinationRefusal } from './destination.ts';
  * and the notification's (the same for every retry of it), so a stream's
  * duplicate window, and a consumer's own dedupe, drop a redelivery. A topic-
  * based subscription's notifications go one at a time in event-number order
- * (src/dispatch/subscriber.ts), so they reach the stream in that order.
+ * (src/dispatch/subscriber.ts), so they reach the stream in that order,
+ * unless the subscription asks for more at once (parallel-calls). A
+ * notification is no larger than the server takes (maxBodyBytes).
  */
 
 /** What the channel publishes with: the process's connections to the brokers. */
@@ -28,6 +30,12 @@ export function openNatsParts(delivery: ChannelContext['delivery']): ProcessPart
 /** The Bundle's media type, as a rest-hook call's body has it. */
 const contentType = 'application/fhir+json';
 
+/** Room kept in a message for its headers (about 250 bytes: the content type, the subscription, the event number, the message id). */
+const headersBytes = 1024;
+
+/** JetStream's error code for a message larger than the stream's max_msg_size. */
+const messageExceedsStreamMaximum = 10054;
+
 export const natsJetStream: Channel<NatsContext> = {
   type: 'nats-jetstream',
   custom: { r4Type: 'message' },
@@ -37,6 +45,13 @@ export const natsJetStream: Channel<NatsContext> = {
   topicOnly: true,
   element: brokerElement('nats-jetstream'),
   endpointRefusal: (endpoint, { brokers }) => destinationRefusal(endpoint, brokers),
+  // A message takes the server's max_payload at most (1 MiB by default), its headers with it.
+  async maxBodyBytes(context, target) {
+    const destination = destinationOf(target.endpoint);
+    if (destination === undefined) return undefined;
+    const maxPayload = await context.nats.maxPayload(destination.broker, acknowledgementTimeoutMs(context, target)).catch(() => undefined);
+    return maxPayload === undefined ? undefined : maxPayload - headersBytes;
+  },
   send: (context, target, { body, message, lastEventNumber }, signal) =>
     sendToBroker(
       context,
@@ -49,8 +64,9 @@ export const natsJetStream: Channel<NatsContext> = {
         messageHeaders.set('Content-Type', contentType);
         messageHeaders.set('Fhir-Subscription', target.id);
         if (lastEventNumber !== null) messageHeaders.set('Fhir-Last-Event-Number', String(lastEventNumber));
+        const payload = JSON.stringify(body);
         try {
-          const ack = await client.publish(destination.subject, JSON.stringify(body), {
+          const ack = await client.publish(destination.subject, payload, {
             msgID: `${target.id}:${message}`,
             headers: messageHeaders,
             timeout: timeoutMs,
@@ -61,6 +77,12 @@ export const natsJetStream: Channel<NatsContext> = {
         } catch (error) {
           // No stream takes the subject (NATS answers "no responders"), the stream refused it (full, discarding new), or no acknowledgement in time: retried, as a 5xx is.
           const text = error instanceof Error ? error.message : String(error);
+          // Too large for the server or the stream (a single event's notification: a run is split to fit): refused whatever the retries.
+          if (/max_payload/.test(text) || (error instanceof JetStreamApiError && error.code === messageExceedsStreamMaximum)) {
+            return result('permanent', {
+              error: `the notification is ${Buffer.byteLength(payload)} bytes, more than the broker ${destination.broker} takes (${text}): payload id-only or a smaller resource would fit`,
+            });
+          }
           if (/no responders|not enabled/i.test(text)) {
             return result('retryable', { error: `no JetStream stream of the broker ${destination.broker} takes the subject ${destination.subject}` });
           }

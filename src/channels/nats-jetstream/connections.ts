@@ -21,6 +21,17 @@ export class NatsConnections {
 
   /** The JetStream client of the broker named `name`; undefined when the operator has no such broker (any more). */
   async jetstream(name: string, timeoutMs: number): Promise<JetStreamClient | undefined> {
+    const connection = this.connection(name, timeoutMs);
+    return connection === undefined ? undefined : jetstream(await connection, { timeout: timeoutMs });
+  }
+
+  /** The largest message the broker named `name` takes (its max_payload, headers included), as it said when the connection was made. */
+  async maxPayload(name: string, timeoutMs: number): Promise<number | undefined> {
+    return (await this.connection(name, timeoutMs))?.info?.max_payload;
+  }
+
+  /** The connection to the broker named `name`, made when there is none; undefined when the operator has no such broker. */
+  private connection(name: string, timeoutMs: number): Promise<NatsConnection> | undefined {
     const broker = this.brokers[name];
     if (broker?.type !== 'nats-jetstream') return undefined;
     let connection = this.connections.get(name);
@@ -28,8 +39,9 @@ export class NatsConnections {
       const url = new URL(broker.url);
       connection = this.connect({
         servers: `${url.protocol}//${url.host}`,
-        // The credentials go to the client apart from the server's address, which it may show in its errors.
-        ...(url.username === '' ? {} : { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) }),
+        // The credentials go to the client apart from the server's address, which it may show in its errors: a user and
+        // password, or a token alone (nats://<token>@host, as NATS's own tools write it).
+        ...credentialsOf(url),
         // tls:// requires TLS: without it the client uses TLS only when the server offers it, and would send the credentials in clear.
         ...(url.protocol === 'tls:' ? { tls: {} } : {}),
         name: 'fhir-webhooks',
@@ -45,7 +57,7 @@ export class NatsConnections {
       // Not made, or closed for good (the client gives up reconnecting after repeated authorization errors): the next send connects again.
       made.then((connected) => connected.closed().then(forget), forget);
     }
-    return jetstream(await connection, { timeout: timeoutMs });
+    return connection;
   }
 
   /** A connection, closed again when it was made while this process was closing them. */
@@ -65,4 +77,11 @@ export class NatsConnections {
     this.connections.clear();
     await Promise.allSettled(open.map(async (connection) => (await connection).close()));
   }
+}
+
+/** The credentials in a broker's URL, as the client takes them. */
+function credentialsOf(url: URL): { user: string; pass: string } | { token: string } | Record<string, never> {
+  if (url.username === '') return {};
+  if (url.password === '') return { token: decodeURIComponent(url.username) };
+  return { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) };
 }

@@ -7,12 +7,14 @@ import { destinationOf, destinationRefusal } from './destination.ts';
  * The RabbitMQ channel (AMQP 0-9-1; issue 37): a topic-based subscription's
  * notifications published to an exchange of one of the operator's brokers
  * (BROKERS; src/channels/rabbitmq/destination.ts) with the subscription's
- * routing key, on its exchange's confirm channel (connections.ts): delivered only once the broker confirmed
- * it. Mandatory: a message no queue takes is returned, and counts as a failure,
- * not a silent drop. Persistent, with a message id that is the subscription's
- * and the notification's (the same for every retry), for a consumer's dedupe.
- * A topic-based subscription's notifications go one at a time in event-number
- * order, so they reach the exchange in that order.
+ * routing key, on its exchange's confirm channel (connections.ts): delivered
+ * only once the broker confirmed it. Mandatory: a message no queue takes is
+ * returned, and counts as a failure, not a silent drop. Persistent, with a
+ * message id that is the subscription's and the notification's (the same for
+ * every retry), for a consumer's dedupe. A topic-based subscription's
+ * notifications go one at a time in event-number order, so they reach the
+ * exchange in that order, unless the subscription asks for more at once
+ * (parallel-calls).
  */
 
 /** What the channel publishes with: the process's connections to the brokers. */

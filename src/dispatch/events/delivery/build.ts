@@ -6,6 +6,7 @@ import { includedResources } from '../../../search/search.ts';
 import { describeEvents, eventNotification } from '../../../topics/notification.ts';
 import { statusSubject, type DispatchContext, type Target, type TopicTarget } from '../../subscriber.ts';
 import { eventKey } from '../../../db/jobs.ts';
+import { channelOf } from '../../../channels/registry.ts';
 import type { ClaimedEvent } from '../../../db/sql/claim-subscription-events.ts';
 import type { Versions } from './versions.ts';
 
@@ -30,32 +31,58 @@ export type NotificationOfEvents = { events: ClaimedEvent[]; body: unknown; comm
  * Bundle with it (match) and its related resources (include); for a
  * deletion the deleted resource tagged DELETE. A topic-based subscription's
  * events go as the Backport IG's notifications of up to its max-count events
- * each (topicRuns).
+ * each (topicRuns), and no larger than its channel takes.
  */
 export async function notificationsOf(context: DispatchContext, target: Target, events: ClaimedEvent[], versions: Versions): Promise<NotificationOfEvents[]> {
   const { topic } = target;
-  const runs = topic === undefined ? events.map((event) => [event]) : topicRuns(events, versions, topic.maxCount);
-  return Promise.all(
-    runs.map(async (run): Promise<NotificationOfEvents> => {
-      const present = run.map((event) => versions.get(eventKey(event)));
-      const message = run.length === 1 ? eventKey(run[0]!) : `event-numbers ${run[0]!.eventNumber}-${run.at(-1)!.eventNumber}`;
-      // A run is in number order: its last event's is the highest.
-      const lastEventNumber = topic === undefined ? null : run.at(-1)!.eventNumber;
-      if (present.some((version) => version === undefined)) return { events: run, body: undefined, committedAt: [], message, lastEventNumber };
-      const found = present as { content: FhirResource; lastUpdated: Date }[];
-      const committedAt = found.map((version) => version.lastUpdated);
-      if (topic !== undefined) return { events: run, body: await topicNotification(context, target, topic, run, found), committedAt, message, lastEventNumber };
-      const [event] = run;
-      const resource = found[0]!.content;
-      if (event!.deleted) {
-        const meta = (resource.meta ?? {}) as { tag?: unknown[] };
-        const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
-        const body = { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } };
-        return { events: run, body, committedAt, message, lastEventNumber };
-      }
-      return { events: run, body: await withIncludes(context, target, resource), committedAt, message, lastEventNumber };
-    }),
-  );
+  if (topic === undefined) return Promise.all(events.map((event) => notificationOf(context, target, [event], versions)));
+  const maxBodyBytes = await channelOf(target.channel).maxBodyBytes?.(context, target);
+  const runs = await Promise.all(topicRuns(events, versions, topic.maxCount).map((run) => fittingNotifications(context, target, run, versions, maxBodyBytes)));
+  return runs.flat();
+}
+
+/**
+ * A run's notification, or, when its body is larger than its channel takes
+ * (`maxBodyBytes`), the notifications of its two halves, each split again
+ * until it fits: in event-number order, each event once. A single event too
+ * large is left to the channel, which refuses it with its size. A retry of
+ * the run splits it the same way, into the same notifications.
+ */
+async function fittingNotifications(
+  context: DispatchContext,
+  target: Target,
+  run: ClaimedEvent[],
+  versions: Versions,
+  maxBodyBytes: number | undefined,
+): Promise<NotificationOfEvents[]> {
+  const notification = await notificationOf(context, target, run, versions);
+  if (maxBodyBytes === undefined || run.length === 1 || notification.body === undefined) return [notification];
+  if (Buffer.byteLength(JSON.stringify(notification.body)) <= maxBodyBytes) return [notification];
+  const half = Math.ceil(run.length / 2);
+  const halves = await Promise.all([run.slice(0, half), run.slice(half)].map((part) => fittingNotifications(context, target, part, versions, maxBodyBytes)));
+  return halves.flat();
+}
+
+/** The notification of one event, or of a topic-based subscription's run of them. */
+async function notificationOf(context: DispatchContext, target: Target, run: ClaimedEvent[], versions: Versions): Promise<NotificationOfEvents> {
+  const { topic } = target;
+  const present = run.map((event) => versions.get(eventKey(event)));
+  const message = run.length === 1 ? eventKey(run[0]!) : `event-numbers ${run[0]!.eventNumber}-${run.at(-1)!.eventNumber}`;
+  // A run is in number order: its last event's is the highest.
+  const lastEventNumber = topic === undefined ? null : run.at(-1)!.eventNumber;
+  if (present.some((version) => version === undefined)) return { events: run, body: undefined, committedAt: [], message, lastEventNumber };
+  const found = present as { content: FhirResource; lastUpdated: Date }[];
+  const committedAt = found.map((version) => version.lastUpdated);
+  if (topic !== undefined) return { events: run, body: await topicNotification(context, target, topic, run, found), committedAt, message, lastEventNumber };
+  const [event] = run;
+  const resource = found[0]!.content;
+  if (event!.deleted) {
+    const meta = (resource.meta ?? {}) as { tag?: unknown[] };
+    const tagSystem = `${context.baseUrl}/fhir/resources/NamingSystem/${context.namingSystem}`;
+    const body = { ...resource, meta: { ...meta, tag: [...(meta.tag ?? []), { system: tagSystem, code: 'DELETE' }] } };
+    return { events: run, body, committedAt, message, lastEventNumber };
+  }
+  return { events: run, body: await withIncludes(context, target, resource), committedAt, message, lastEventNumber };
 }
 
 /**
