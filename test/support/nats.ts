@@ -16,7 +16,8 @@ export const natsUrl = process.env.TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
  * subjects under a prefix of its own (so that files running at once never
  * see each other's messages), and what it holds, in stream order. With
  * `maxMessages`, a stream that holds that many at most and refuses a publish
- * beyond them (discard new): a consumer that has not read yet.
+ * beyond them (discard new): a consumer that has not read yet; with
+ * `maxMessageSize`, one that refuses a larger message.
  */
 export type TestStream = {
   /** The subjects it takes: `<prefix>.>`. */
@@ -28,7 +29,10 @@ export type TestStream = {
   close(): Promise<void>;
 };
 
-export async function createTestStream(url = natsUrl, { maxMessages }: { maxMessages?: number } = {}): Promise<TestStream> {
+export async function createTestStream(
+  url = natsUrl,
+  { maxMessages, maxMessageSize }: { maxMessages?: number; maxMessageSize?: number } = {},
+): Promise<TestStream> {
   const connection: NatsConnection = await connect({ servers: url, maxReconnectAttempts: -1 });
   const manager = await jetstreamManager(connection);
   const name = `fhir_webhooks_test_${randomUUID().replaceAll('-', '')}`;
@@ -37,6 +41,7 @@ export async function createTestStream(url = natsUrl, { maxMessages }: { maxMess
     name,
     subjects: [`${prefix}.>`],
     ...(maxMessages === undefined ? {} : { max_msgs: maxMessages, discard: DiscardPolicy.New }),
+    ...(maxMessageSize === undefined ? {} : { max_msg_size: maxMessageSize }),
   });
   const read = async (): Promise<StoredMsg[]> => {
     const info = await manager.streams.info(name);

@@ -33,6 +33,9 @@ const contentType = 'application/fhir+json';
 /** Room kept in a message for its headers (about 250 bytes: the content type, the subscription, the event number, the message id). */
 const headersBytes = 1024;
 
+/** A NATS server's max_payload unless its configuration says otherwise: 1 MiB. */
+const defaultMaxPayload = 1024 * 1024;
+
 /** JetStream's error code for a message larger than the stream's max_msg_size. */
 const messageExceedsStreamMaximum = 10054;
 
@@ -45,12 +48,15 @@ export const natsJetStream: Channel<NatsContext> = {
   topicOnly: true,
   element: brokerElement('nats-jetstream'),
   endpointRefusal: (endpoint, { brokers }) => destinationRefusal(endpoint, brokers),
-  // A message takes the server's max_payload at most (1 MiB by default), its headers with it.
+  // A message takes the server's max_payload at most, or the stream's max_msg_size, its headers with it. When the broker
+  // cannot be asked now (the send will most likely fail too), NATS's default max_payload: a run split more than needed is
+  // better than one refused for good.
   async maxBodyBytes(context, target) {
     const destination = destinationOf(target.endpoint);
     if (destination === undefined) return undefined;
-    const maxPayload = await context.nats.maxPayload(destination.broker, acknowledgementTimeoutMs(context, target)).catch(() => undefined);
-    return maxPayload === undefined ? undefined : maxPayload - headersBytes;
+    const timeoutMs = acknowledgementTimeoutMs(context, target);
+    const maxMessageBytes = await context.nats.maxMessageBytes(destination.broker, destination.subject, timeoutMs).catch(() => undefined);
+    return (maxMessageBytes ?? defaultMaxPayload) - headersBytes;
   },
   send: (context, target, { body, message, lastEventNumber }, signal) =>
     sendToBroker(

@@ -1,5 +1,5 @@
 import { connect, type ConnectionOptions, type NatsConnection } from '@nats-io/transport-node';
-import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
 import type { Brokers } from '../../config/brokers.ts';
 import { ShutdownAbort } from '../channel.ts';
 
@@ -10,9 +10,14 @@ import { ShutdownAbort } from '../channel.ts';
  * gets no acknowledgement fails, and the event is retried). A connection that
  * could not be made is not kept: the next send tries again.
  */
+/** How long a stream's max_msg_size is taken as known. */
+const streamLimitsKeptMs = 60_000;
+
 export class NatsConnections {
   private readonly brokers: Brokers;
   private readonly connections = new Map<string, Promise<NatsConnection>>();
+  /** The max_msg_size of the stream taking a subject, by broker and subject, and until when it is taken as known. */
+  private readonly streamLimits = new Map<string, { limit: number | undefined; until: number }>();
   private closed = false;
 
   constructor(brokers: Brokers) {
@@ -25,9 +30,24 @@ export class NatsConnections {
     return connection === undefined ? undefined : jetstream(await connection, { timeout: timeoutMs });
   }
 
-  /** The largest message the broker named `name` takes (its max_payload, headers included), as it said when the connection was made. */
-  async maxPayload(name: string, timeoutMs: number): Promise<number | undefined> {
-    return (await this.connection(name, timeoutMs))?.info?.max_payload;
+  /**
+   * The largest message, headers included, that `subject` of the broker
+   * named `name` takes: its server's max_payload (as it said when the
+   * connection was made), or the max_msg_size of the stream taking the subject
+   * when smaller. The stream's is asked of the JetStream API once a minute at
+   * most; when the service's credentials may not ask, the server's alone.
+   */
+  async maxMessageBytes(name: string, subject: string, timeoutMs: number): Promise<number | undefined> {
+    const connection = await this.connection(name, timeoutMs);
+    const maxPayload = connection?.info?.max_payload;
+    if (connection === undefined || maxPayload === undefined) return undefined;
+    const key = `${name}/${subject}`;
+    let known = this.streamLimits.get(key);
+    if (known === undefined || known.until < Date.now()) {
+      known = { limit: await streamMaxMessageSize(connection, subject, timeoutMs), until: Date.now() + streamLimitsKeptMs };
+      this.streamLimits.set(key, known);
+    }
+    return known.limit === undefined ? maxPayload : Math.min(maxPayload, known.limit);
   }
 
   /** The connection to the broker named `name`, made when there is none; undefined when the operator has no such broker. */
@@ -84,4 +104,16 @@ function credentialsOf(url: URL): { user: string; pass: string } | { token: stri
   if (url.username === '') return {};
   if (url.password === '') return { token: decodeURIComponent(url.username) };
   return { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) };
+}
+
+/** The max_msg_size of the stream taking `subject`; undefined when it has none (-1), no stream takes it, or the API may not be asked. */
+async function streamMaxMessageSize(connection: NatsConnection, subject: string, timeoutMs: number): Promise<number | undefined> {
+  try {
+    const manager = await jetstreamManager(connection, { timeout: timeoutMs, checkAPI: false });
+    const stream = await manager.streams.find(subject);
+    const { config } = await manager.streams.info(stream);
+    return config.max_msg_size !== undefined && config.max_msg_size > 0 ? config.max_msg_size : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -23,6 +23,8 @@ const closingMs = 2_000;
 export class RabbitConnections {
   private readonly brokers: Brokers;
   private readonly connections = new Map<string, Promise<ChannelModel>>();
+  /** The connections made, by broker: what a connection's close is compared with. */
+  private readonly open = new Map<string, ChannelModel>();
   /** By broker and exchange. */
   private readonly publishers = new Map<string, Promise<Publisher>>();
   private closed = false;
@@ -44,8 +46,10 @@ export class RabbitConnections {
       const made = this.connection(name, timeoutMs).then(async (connection) => {
         const channel = await withinMs(connection.createConfirmChannel(), timeoutMs, (late) => void late.close().catch(() => undefined)).catch(
           (error: unknown) => {
-            // No channel in time: the connection's path is likely dead. The next send makes another; the heartbeats end this one.
+            // No channel in time: the connection's path is dead, or the broker blocks it. The next send makes another, and
+            // this one is closed (on a dead path, its heartbeats end it first).
             this.forgetConnection(name, connection);
+            void withinMs(connection.close(), closingMs).catch(() => undefined);
             throw error;
           },
         );
@@ -80,6 +84,7 @@ export class RabbitConnections {
       // Without a listener an 'error' would be thrown; the close that follows it forgets the connection.
       connection.on('error', () => undefined);
       connection.on('close', () => this.forgetConnection(name, connection));
+      this.open.set(name, connection);
       return connection;
     })();
     this.connections.set(name, made);
@@ -91,23 +96,21 @@ export class RabbitConnections {
 
   /** Forgets `connection` and its exchanges' channels, when it is still the broker's: the next send makes them again. */
   private forgetConnection(name: string, connection: ChannelModel): void {
-    const kept = this.connections.get(name);
-    if (kept === undefined) return;
-    void kept.then((current) => {
-      if (current !== connection || this.connections.get(name) !== kept) return;
-      this.connections.delete(name);
-      for (const key of [...this.publishers.keys()]) if (key.startsWith(`${name}/`)) this.publishers.delete(key);
-    });
+    if (this.open.get(name) !== connection) return;
+    this.open.delete(name);
+    this.connections.delete(name);
+    for (const key of [...this.publishers.keys()]) if (key.startsWith(`${name}/`)) this.publishers.delete(key);
   }
 
   /** Closes the connections, waiting for each a few seconds at most: one whose path went dead would wait for its heartbeats. */
   async close(): Promise<void> {
     this.closed = true;
-    const open = [...this.connections.values()];
+    const opening = [...this.connections.values()];
     this.connections.clear();
+    this.open.clear();
     this.publishers.clear();
     await Promise.allSettled(
-      open.map((opened) =>
+      opening.map((opened) =>
         withinMs(
           opened.then((connection) => connection.close()),
           closingMs,

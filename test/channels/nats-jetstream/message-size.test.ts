@@ -8,26 +8,30 @@ import { attemptsOf, untilStatus } from '../../support/subscriptions.ts';
 
 /**
  * Notifications and the largest message a NATS server takes (its
- * max_payload; 1 MiB by default, 16 KiB on this file's own server): a
- * topic-based subscription's run of events whose notification would be
- * larger goes as smaller runs, every event once and in number order; one
+ * max_payload; 1 MiB by default, 16 KiB on this file's own server), or a
+ * stream (its max_msg_size): a topic-based subscription's run of events
+ * whose notification would be larger goes as smaller runs, every event once and in number order; one
  * event whose notification alone is too large is refused for good, saying
  * its size, and the next events go on.
  */
 
 const ig = 'http://hl7.org/fhir/uv/subscriptions-backport/StructureDefinition';
 const maxPayload = 16 * 1024;
+const streamMaxMessageSize = 8 * 1024;
 
 let server: OwnNatsServer;
 let stream: TestStream;
+/** A stream that takes messages of 8 KiB at most. */
+let smallStream: TestStream;
 let t: TestApp;
 let app: BrokerTestApp;
 
 beforeAll(async () => {
   server = await startOwnNatsServer({ maxPayload });
   stream = await createTestStream(server.url);
+  smallStream = await createTestStream(server.url, { maxMessageSize: streamMaxMessageSize });
   app = await startBrokerTestApp(
-    { own: { type: 'nats-jetstream', url: server.url, subjects: [`${stream.prefix}.>`] } },
+    { own: { type: 'nats-jetstream', url: server.url, subjects: [`${stream.prefix}.>`, `${smallStream.prefix}.>`] } },
     { DELIVERY_RESPONSE_TIMEOUT_MS: '2000' },
   );
   t = app.t;
@@ -35,6 +39,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
   await stream?.close();
+  await smallStream?.close();
   await server?.close();
 });
 
@@ -51,43 +56,49 @@ async function writeFinished(patient: string, ids: string[], reasonLength: numbe
 }
 
 describe('a NATS server that takes 16 KiB at most', () => {
-  it('gets a run of ten 3 KB resources as smaller notifications, each within its limit, every event once and in order', async () => {
-    const channel = brokerChannel('nats-jetstream', `nats-jetstream://own/${stream.prefix}.runs`, {
-      extension: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 10 }],
-      _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'full-resource' }] },
-    });
-    const id = await subscribed(t, brokerSubscription('size-runs', channel));
-    await untilStatus(t, id, 'active');
-    await writeFinished(
-      'size-runs',
-      Array.from({ length: 10 }, (_, n) => `size-run-${n + 1}`),
-      3_000,
-    );
-    // The handshake, then the ten events in two notifications or more.
-    const encountersOf = (message: StoredMsg) =>
-      message
-        .json<{ entry: { resource: { resourceType: string; id?: string } }[] }>()
-        .entry.filter((entry) => entry.resource.resourceType === 'Encounter')
-        .map((entry) => entry.resource.id);
-    const notifications = await waitFor(
-      async () => {
-        const sent = (await stream.messages(1)).filter((message) => message.subject === `${stream.prefix}.runs`).slice(1);
-        return sent.flatMap(encountersOf).length >= 10 ? sent : undefined;
-      },
-      15_000,
-      'the ten events',
-    );
-    const events = notifications.flatMap(encountersOf);
-    // Each once; in number order: each notification's last event number is higher than the one before.
-    expect([...events].sort()).toEqual(Array.from({ length: 10 }, (_, n) => `size-run-${n + 1}`).sort());
-    const lastNumbers = notifications.map((message) => Number(message.header.get('Fhir-Last-Event-Number')));
-    expect(lastNumbers).toEqual([...lastNumbers].sort((a, b) => a - b));
-    expect(new Set(lastNumbers).size).toBe(lastNumbers.length);
-    expect(notifications.length).toBeGreaterThan(1);
-    expect(notifications.every((message) => message.data.length <= maxPayload)).toBe(true);
-    const attempts = await attemptsOf(t, id);
-    expect(attempts.filter((attempt) => attempt.outcome !== 'delivered')).toEqual([]);
-  });
+  it.each([
+    // Ten of 3 KB: more than the server takes.
+    ["the server's max_payload", () => stream, maxPayload, 3_000],
+    // Ten of 1.5 KB: less than the server takes, more than the stream does.
+    ["a stream's max_msg_size, below the server's", () => smallStream, streamMaxMessageSize, 1_500],
+  ])(
+    'splits a run of ten resources larger than %s into smaller notifications, each within it, every event once and in order',
+    async (_what, streamOf, limit, reasonLength) => {
+      const destination = streamOf();
+      const patient = `size-runs-${limit}`;
+      const channel = brokerChannel('nats-jetstream', `nats-jetstream://own/${destination.prefix}.runs`, {
+        extension: [{ url: `${ig}/backport-max-count`, valuePositiveInt: 10 }],
+        _payload: { extension: [{ url: `${ig}/backport-payload-content`, valueCode: 'full-resource' }] },
+      });
+      const id = await subscribed(t, brokerSubscription(patient, channel));
+      await untilStatus(t, id, 'active');
+      const ids = Array.from({ length: 10 }, (_, n) => `${patient}-${n + 1}`);
+      await writeFinished(patient, ids, reasonLength);
+      // The handshake, then the ten events in two notifications or more.
+      const encountersOf = (message: StoredMsg) =>
+        message
+          .json<{ entry: { resource: { resourceType: string; id?: string } }[] }>()
+          .entry.filter((entry) => entry.resource.resourceType === 'Encounter')
+          .map((entry) => entry.resource.id);
+      const notifications = await waitFor(
+        async () => {
+          const sent = (await destination.messages(1)).filter((message) => message.subject === `${destination.prefix}.runs`).slice(1);
+          return sent.flatMap(encountersOf).length >= 10 ? sent : undefined;
+        },
+        15_000,
+        'the ten events',
+      );
+      // Each once; in number order: each notification's last event number is higher than the one before.
+      expect(notifications.flatMap(encountersOf).sort()).toEqual([...ids].sort());
+      const lastNumbers = notifications.map((message) => Number(message.header.get('Fhir-Last-Event-Number')));
+      expect(lastNumbers).toEqual([...lastNumbers].sort((x, y) => x - y));
+      expect(new Set(lastNumbers).size).toBe(lastNumbers.length);
+      expect(notifications.length).toBeGreaterThan(1);
+      expect(notifications.every((message) => message.data.length <= limit)).toBe(true);
+      const attempts = await attemptsOf(t, id);
+      expect(attempts.filter((attempt) => attempt.outcome !== 'delivered')).toEqual([]);
+    },
+  );
 
   it('refuses for good one event whose notification alone is too large, saying its size, and sends the next', async () => {
     const channel = brokerChannel('nats-jetstream', `nats-jetstream://own/${stream.prefix}.large`, {
