@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShutdownAbort, type CallResult, type ChannelTarget, type Notification } from '../../src/channels/channel.ts';
 import { openSendParts, registeredChannels, type SendContext } from '../../src/channels/registry.ts';
@@ -21,7 +22,7 @@ import { freePort, startReceiver, waitFor, type Receiver } from '../support/rece
  * receiver gets the notification; one that cannot be made says retryable; a
  * refusal for good says permanent; a send started while the worker shuts
  * down (its signal aborted) throws ShutdownAbort; a rest-hook call cut short
- * midway is test/dispatch/graceful-shutdown.test.ts's. A new channel needs its harness below (the type
+ * midway is test/dispatch/graceful-shutdown.test.ts's, a broker's is below. A new channel needs its harness below (the type
  * asks for one per channel type), and is then held to the same contract.
  */
 
@@ -55,7 +56,7 @@ beforeAll(async () => {
   closing.push(() => exchange.close());
   // A broker where nothing answers (unreachable), and the machine's, whose subjects of this file's stream subscriptions may take.
   const brokers = {
-    events: { type: 'nats-jetstream' as const, url: natsUrl, subjects: [`${stream.prefix}.>`] },
+    events: { type: 'nats-jetstream' as const, url: natsUrl, subjects: [`${stream.prefix}.>`, `${stream.prefix}-unacknowledged.>`] },
     nowhere: { type: 'nats-jetstream' as const, url: `nats://127.0.0.1:${await freePort()}`, subjects: ['>'] },
     rabbit: { type: 'rabbitmq' as const, url: rabbitUrl, exchanges: [exchange.exchange] },
     'rabbit-nowhere': { type: 'rabbitmq' as const, url: `amqp://guest:guest@127.0.0.1:${await freePort()}`, exchanges: ['fhir'] },
@@ -239,5 +240,24 @@ describe.each(registeredChannels.map((channel) => [channel.type, channel] as con
 
   it('is registered under its own type', () => {
     expect(registeredChannels.filter((registered) => registered.type === type)).toEqual([channel]);
+  });
+});
+
+describe('a broker send cut short midway', () => {
+  it('throws ShutdownAbort as soon as the worker shuts down while it waits for the acknowledgement, not at its timeout', async () => {
+    // A plain NATS subscriber on the subject, and no stream: the publish reaches it, and no acknowledgement ever comes.
+    const subject = `${stream.prefix}-unacknowledged.contract`;
+    const listener = await connect({ servers: natsUrl });
+    closing.push(() => listener.close());
+    const reached = listener.subscribe(subject, { max: 1 });
+    const target = targetAt(`nats-jetstream://events/${subject}`);
+    const patient = { ...context, delivery: { ...context.delivery, responseTimeoutMs: 60_000 } };
+    const shutdown = new AbortController();
+    const sending = registeredChannels.find((channel) => channel.type === 'nats-jetstream')!.send(patient, target, notification(target), shutdown.signal);
+    for await (const _message of reached) break;
+    const abortedAt = performance.now();
+    shutdown.abort();
+    await expect(sending).rejects.toBeInstanceOf(ShutdownAbort);
+    expect(performance.now() - abortedAt).toBeLessThan(5_000);
   });
 });
