@@ -250,6 +250,8 @@ describe('a broker send cut short midway', () => {
     const listener = await connect({ servers: natsUrl });
     closing.push(() => listener.close());
     const reached = listener.subscribe(subject, { max: 1 });
+    // The server has the subscription before the publish: else it would answer "no responders" at once.
+    await listener.flush();
     const target = targetAt(`nats-jetstream://events/${subject}`);
     const patient = { ...context, delivery: { ...context.delivery, responseTimeoutMs: 60_000 } };
     const shutdown = new AbortController();
