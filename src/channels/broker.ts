@@ -10,6 +10,11 @@ import { absent, payload, required } from './element.ts';
  * refusal of a broker the operator does not have.
  */
 
+/** What a broker send throws when the worker is shutting down: it is not an attempt, and the notification goes again after the restart. */
+export function notPublishedAtShutdown(): ShutdownAbort {
+  return new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+}
+
 /** A broker channel's element: R4's message type (the channel's own code is in the backport-channel-type extension), an endpoint, no headers. */
 export function brokerElement(code: string) {
   return z.object({
@@ -72,7 +77,7 @@ export async function sendToBroker<Destination extends { broker: string }, Clien
   open: (destination: Destination, timeoutMs: number) => Promise<Client | undefined>,
   publish: (client: Client, destination: Destination, timeoutMs: number, result: BrokerResult) => Promise<CallResult>,
 ): Promise<CallResult> {
-  if (signal?.aborted) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+  if (signal?.aborted) throw notPublishedAtShutdown();
   const result = timedResults();
   const refused = destinations.refusal(target.endpoint, context.delivery.brokers);
   if (refused !== undefined) return result('permanent', { error: refused.replace(/^channel\.endpoint/, target.endpoint) });
@@ -104,7 +109,7 @@ export async function sendToBroker<Destination extends { broker: string }, Clien
 function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (signal === undefined) return work;
   return new Promise<T>((resolve, reject) => {
-    const abort = () => reject(new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again'));
+    const abort = () => reject(notPublishedAtShutdown());
     if (signal.aborted) abort();
     signal.addEventListener('abort', abort, { once: true });
     void work.then(resolve, reject).finally(() => signal.removeEventListener('abort', abort));

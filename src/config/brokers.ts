@@ -106,11 +106,3 @@ export const brokersSetting = z.string().transform((text, context): Brokers => {
   }
   return brokers;
 });
-
-/** A broker's URL as it may be shown: without its user and password. */
-export function shownBrokerUrl(url: string): string {
-  const shown = new URL(url);
-  shown.username = '';
-  shown.password = '';
-  return shown.toString();
-}

@@ -24,10 +24,11 @@ export type RetryPolicy = {
   /** Attempts of one event before the subscription goes to error; undefined: DELIVERY_MAX_FAILURES. */
   maxAttempts: number | undefined;
   /** The delays between attempts; undefined: DELIVERY_RETRY_DELAYS_MS. */
-  backoff: { firstDelayMs: number; growth: number; maxDelayMs: number } | undefined;
+  backoff: Backoff | undefined;
 };
 
-export const noRetryPolicy: RetryPolicy = { maxAttempts: undefined, backoff: undefined };
+/** A delay that starts at firstDelayMs and is multiplied by growth at each retry, up to maxDelayMs. */
+export type Backoff = { firstDelayMs: number; growth: number; maxDelayMs: number };
 
 /** The service's extension on the Subscription, named under its base as its other extensions are. */
 export function retryPolicyExtension(baseUrl: string): string {

@@ -6,6 +6,7 @@ import type { Brokers } from '../../src/config/brokers.ts';
 import { loadConfig } from '../../src/config/index.ts';
 import { startWorkers } from '../../src/dispatch/worker.ts';
 import { createMetrics } from '../../src/metrics/metrics.ts';
+import { retryPolicyExtension } from '../../src/subscriptions/retry-policy.ts';
 import { addTopics } from '../../src/topics/store.ts';
 import { baseUrl, startTestApp, testSecretsKey, type TestApp } from './app.ts';
 import { waitFor } from './receiver.ts';
@@ -64,7 +65,7 @@ export const brokerSubscription = (patient: string, channel: Record<string, unkn
 export function retryPolicy(maxAttempts: number, backoff?: { firstDelayMs: number; growth: number; maxDelaySeconds: number }) {
   const ucum = 'http://unitsofmeasure.org';
   return {
-    url: `${baseUrl}/fhir/resources/StructureDefinition/retry-policy`,
+    url: retryPolicyExtension(baseUrl),
     extension: [
       { url: 'maxAttempts', valuePositiveInt: maxAttempts },
       ...(backoff === undefined

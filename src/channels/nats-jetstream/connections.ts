@@ -1,7 +1,7 @@
 import { connect, type ConnectionOptions, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
 import type { Brokers } from '../../config/brokers.ts';
-import { ShutdownAbort } from '../channel.ts';
+import { notPublishedAtShutdown } from '../broker.ts';
 
 /**
  * A process's connections to the operator's NATS brokers (BROKERS), made on
@@ -82,11 +82,11 @@ export class NatsConnections {
 
   /** A connection, closed again when it was made while this process was closing them. */
   private async connect(options: ConnectionOptions): Promise<NatsConnection> {
-    if (this.closed) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+    if (this.closed) throw notPublishedAtShutdown();
     const connection = await connect(options);
     if (this.closed) {
       void connection.close();
-      throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+      throw notPublishedAtShutdown();
     }
     return connection;
   }

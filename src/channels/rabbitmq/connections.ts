@@ -1,7 +1,6 @@
 import amqp, { type ChannelModel } from 'amqplib';
 import type { Brokers } from '../../config/brokers.ts';
-import { ShutdownAbort } from '../channel.ts';
-import { withinMs } from '../broker.ts';
+import { notPublishedAtShutdown, withinMs } from '../broker.ts';
 import { Publisher } from './publisher.ts';
 
 /** The heartbeat asked of the broker: a connection whose path went dead is closed after two missed, about 20 seconds. */
@@ -71,7 +70,7 @@ export class RabbitConnections {
     const broker = this.brokers[name];
     if (broker?.type !== 'rabbitmq') return Promise.reject(new Error(`no RabbitMQ broker ${name}`));
     const made = (async () => {
-      if (this.closed) throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+      if (this.closed) throw notPublishedAtShutdown();
       // The socket's timeout bounds the connection and its handshake; heartbeats then tell a dead path (unless the operator's URL sets them).
       const url = new URL(broker.url);
       if (!url.searchParams.has('heartbeat')) url.searchParams.set('heartbeat', String(heartbeatSeconds));
@@ -79,7 +78,7 @@ export class RabbitConnections {
       // Made while this process was closing them: not kept open.
       if (this.closed) {
         void connection.close().catch(() => undefined);
-        throw new ShutdownAbort('the notification was not published: the worker is shutting down; it goes again');
+        throw notPublishedAtShutdown();
       }
       // Without a listener an 'error' would be thrown; the close that follows it forgets the connection.
       connection.on('error', () => undefined);

@@ -1,4 +1,5 @@
 import type { Config } from '../../config/index.ts';
+import type { Backoff } from '../../subscriptions/retry-policy.ts';
 
 /** The longest Retry-After honoured: beyond it the configured delay applies. */
 const retryAfterCapSeconds = 600;
@@ -9,9 +10,6 @@ const retryAfterCapSeconds = 600;
  * its own number of attempts, and a backoff in place of the list.
  */
 export type RetrySchedule = Pick<Config['delivery'], 'maxFailures' | 'retryDelaysMs'> & { backoff?: Backoff | undefined };
-
-/** A delay that starts at firstDelayMs and is multiplied by growth at each retry, up to maxDelayMs. */
-export type Backoff = { firstDelayMs: number; growth: number; maxDelayMs: number };
 
 /**
  * The delay before the attempt after `attempt` (1-based), or undefined when

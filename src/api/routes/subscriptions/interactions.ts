@@ -54,7 +54,9 @@ export function subscriptionInteractionRoutes(app: FastifyInstance, { db, servic
           'custom-channel': z
             .string()
             .optional()
-            .describe("The Backport IG's custom channel type, [system|]code, comma-separated: nats-jetstream (the subscriptions whose channel is one)"),
+            .describe(
+              "The Backport IG's custom channel type, [system|]code, comma-separated: nats-jetstream, rabbitmq (the subscriptions whose channel is one)",
+            ),
           _tag: z.string().optional().describe('<system>|<identifier>: the subscription with this identifier'),
           _count: z.string().optional().describe('Page size, 1-1000 (default 20)'),
           _page_token: z.string().optional().describe("The next link's token"),
